@@ -39,7 +39,9 @@ class Reserves(BaseModel):
     @property
     def per_request_tokens(self) -> int:
         """Tokens one request adds after the shared prefix."""
-        return self.question_tokens + self.retrieved_tokens + self.output_tokens + self.template_tokens
+        return (
+            self.question_tokens + self.retrieved_tokens + self.output_tokens + self.template_tokens
+        )
 
 
 BindingConstraint = Literal["max_model_len", "kv_cache"]

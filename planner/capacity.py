@@ -43,7 +43,9 @@ def _one_request_bytes(layout: KVLayout) -> int:
     return layout.bytes_per_block * layout.blocks_per_request
 
 
-def compute_kv_capacity(layout: KVLayout, kv_cache_memory_bytes: int, max_model_len: int) -> KVCapacity:
+def compute_kv_capacity(
+    layout: KVLayout, kv_cache_memory_bytes: int, max_model_len: int
+) -> KVCapacity:
     """Blocks, tokens and concurrency vLLM derives from `kv_cache_memory_bytes`.
 
     Raises `CapacityError` when one request at max_model_len does not fit, like vLLM does.

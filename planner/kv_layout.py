@@ -131,11 +131,14 @@ def _resolve_ssm_dtype(model: ModelSpec, settings: CacheSettings, conv_dtype: st
     if requested == "auto" and model.mamba_ssm_dtype and model.architecture.startswith("Qwen3_5"):
         # vllm/model_executor/models/config.py Qwen3_5ForConditionalGenerationConfig.
         requested = model.mamba_ssm_dtype
-    if settings.platform == "cpu" and settings.cpu_avx512_bf16 and requested != "float32":
+    if (
+        settings.platform == "cpu"
+        and settings.cpu_avx512_bf16
+        and requested not in ("float32", "float16", "bfloat16")
+    ):
         # vllm/platforms/cpu.py: the accelerated GDN path keeps float32 SSM state unless a
         # 16-bit SSM dtype was asked for explicitly.
-        if requested not in ("float16", "bfloat16"):
-            requested = "float32"
+        requested = "float32"
     return conv_dtype if requested == "auto" else requested
 
 
@@ -191,7 +194,9 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
     attn_page_1 = model.num_kv_heads * (model.head_size + model.head_size_v) * DTYPE_BYTES[kv_dtype]
     block_size = settings.block_size or _DEFAULT_BLOCK_SIZE[settings.platform]
 
-    mamba_page = ssm_dtype = mode = None
+    mamba_page: int | None = None
+    ssm_dtype: str | None = None
+    mode: Literal["none", "align"] | None = None
     if model.is_hybrid:
         conv_dtype = (
             model_dtype if settings.mamba_cache_dtype == "auto" else settings.mamba_cache_dtype
@@ -217,7 +222,9 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
             kind=kind,
             num_layers=n,
             block_size=block_size,
-            blocks_per_request=_blocks_per_request(kind, model, settings, block_size, mode == "align"),
+            blocks_per_request=_blocks_per_request(
+                kind, model, settings, block_size, mode == "align"
+            ),
         )
         for kind, n in _group_layer_counts(counts)
     )

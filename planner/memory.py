@@ -15,6 +15,8 @@ not the KV cache. `--kv-cache-memory-bytes` bypasses all of this, as in vLLM.
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import CapacityError
@@ -78,7 +80,7 @@ def estimate_gpu_kv_memory(
         )
     requested = int(total_memory_bytes * gpu_memory_utilization)
     if weights_bytes >= requested:
-        need = weights_bytes / total_memory_bytes
+        need = math.ceil(weights_bytes / total_memory_bytes * 100) / 100
         hint = (
             f"; --gpu-memory-utilization {need:.2f} is the least that holds them"
             if need < 1

@@ -53,6 +53,7 @@ class UpstreamMismatchError(UpstreamError):
 USER_ERRORS: tuple[type[Exception], ...] = (ResidencyError, PlannerError)
 
 __all__ = [
+    "USER_ERRORS",
     "CapacityError",
     "ConfigError",
     "CorpusError",
@@ -63,5 +64,4 @@ __all__ = [
     "ResidencyError",
     "UpstreamError",
     "UpstreamMismatchError",
-    "USER_ERRORS",
 ]

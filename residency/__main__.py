@@ -1,0 +1,5 @@
+"""`python -m residency` runs the CLI."""
+
+from residency.cli import main
+
+main()

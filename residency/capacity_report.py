@@ -1,0 +1,298 @@
+"""`residency plan` capacity part: gather inputs (profiles, live GPU, a running server), run the
+pure planner, and compare its prediction with vLLM's own numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner import (
+    CacheSettings,
+    CapacityPlan,
+    GpuMemoryEstimate,
+    Reserves,
+    build_kv_layout,
+    estimate_gpu_kv_memory,
+    plan_capacity,
+)
+from planner.units import KVCacheDType, MambaDType
+from residency.errors import ConfigError, ProfileError
+from residency.gpu import read_live_gpu
+from residency.profiles import ResolvedModel, load_gpu_profile, resolve_model
+from residency.vllm_client import VllmClient
+
+DEFAULT_PROFILE = "rtx4070-12gb"
+DEFAULT_MODEL = "qwen3.5-4b-fp8"
+
+
+class CapacityRequest(BaseModel):
+    """Everything `residency plan` was asked, as flags name it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str | None = Field(default=None, description="--model: profile name or local path.")
+    profile: str | None = Field(default=None, description="--profile: GPU profile name.")
+    gpu: Literal["auto"] | None = Field(default=None, description="--gpu auto: read via NVML.")
+    server: str | None = Field(default=None, description="--server: a running vLLM.")
+    platform: Literal["cuda", "cpu"] = Field(default="cuda", description="--platform.")
+    max_model_len: int = Field(default=32768, ge=1, description="--max-model-len.")
+    gpu_memory_utilization: float = Field(
+        default=0.9, description="--gpu-memory-utilization, in (0, 1]."
+    )
+    kv_cache_memory_bytes: int | None = Field(
+        default=None, ge=1, description="--kv-cache-memory-bytes: bypasses memory profiling."
+    )
+    kv_cache_dtype: KVCacheDType = Field(default="auto", description="--kv-cache-dtype.")
+    block_size: int | None = Field(default=None, ge=1, description="--block-size.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        default="auto", description="--dtype."
+    )
+    mamba_ssm_cache_dtype: MambaDType = Field(
+        default="auto", description="--mamba-ssm-cache-dtype."
+    )
+    enable_prefix_caching: bool = Field(default=True, description="--enable-prefix-caching.")
+    max_num_batched_tokens: int = Field(default=2048, ge=1, description="--max-num-batched-tokens.")
+    max_num_seqs: int = Field(default=256, ge=1, description="--max-num-seqs.")
+    enforce_eager: bool = Field(default=False, description="--enforce-eager: no CUDA graphs.")
+    reserves: Reserves = Field(default_factory=Reserves, description="Per-request reserves.")
+
+
+class CapacityInputs(BaseModel):
+    """The inputs a report was computed from, with their sources."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="Model profile or path.")
+    model_config_source: str = Field(description="Where the config facts come from.")
+    architecture: str = Field(description="Model architecture.")
+    attention_layers: int = Field(ge=0, description="Layers that hold KV.")
+    linear_attention_layers: int = Field(ge=0, description="Gated DeltaNet layers.")
+    gpu: str | None = Field(default=None, description="GPU profile, live device, or None.")
+    total_memory_bytes: int | None = Field(default=None, description="Device memory.")
+    kv_memory_source: str = Field(description="How the KV bytes were obtained.")
+    server: str | None = Field(default=None, description="--server URL, if any.")
+    settings: CacheSettings = Field(description="vLLM flags the layout used.")
+    reserves: Reserves = Field(description="Per-request reserves and concurrency.")
+
+
+class ServerComparison(BaseModel):
+    """vLLM's own numbers beside the planner's prediction."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    served_model: str = Field(description="Model id the server serves.")
+    max_model_len: int = Field(description="The server's max_model_len.")
+    block_size: int = Field(description="vLLM block_size.")
+    num_blocks: int = Field(description="vLLM num_gpu_blocks.")
+    kv_cache_tokens: int = Field(description="vLLM kv_cache_size_tokens.")
+    predicted_block_size: int = Field(description="Planner's block size.")
+    predicted_num_blocks: int = Field(description="Planner's number of blocks.")
+    predicted_kv_cache_tokens: int = Field(description="Planner's KV-cache tokens.")
+    agrees: bool = Field(description="All three predictions equal vLLM's numbers.")
+    cache_config_info: dict[str, str] = Field(description="All labels of vllm:cache_config_info.")
+
+
+class CapacityReport(BaseModel):
+    """The capacity part of `residency plan`: one JSON object with `--json`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kv_cache_tokens: int = Field(description="KV-cache tokens (vLLM kv_cache_size_tokens).")
+    kv_cache_tokens_range: tuple[int, int] | None = Field(
+        default=None, description="Low/high KV tokens from the memory estimate's band."
+    )
+    block_size: int = Field(description="Attention block size, tokens.")
+    num_blocks: int = Field(description="KV-cache blocks (vLLM num_gpu_blocks).")
+    max_concurrency: float = Field(description="Requests of max_model_len that fit at once.")
+    resident_budget_tokens: int = Field(description="Tokens the resident prefix may take.")
+    binding_constraint: str = Field(description="max_model_len or kv_cache.")
+    reasoning: str = Field(description="Why the budget is what it is.")
+    kv_bytes_per_token: int = Field(description="Attention KV bytes per token, all layers.")
+    kv_cache_memory_bytes: int = Field(description="Bytes given to the KV cache.")
+    inputs: CapacityInputs = Field(description="What the numbers were computed from.")
+    memory: GpuMemoryEstimate | None = Field(default=None, description="GPU memory terms.")
+    plan: CapacityPlan = Field(description="Layout, capacity and budget details.")
+    server: ServerComparison | None = Field(default=None, description="vLLM's own numbers.")
+
+
+def _cpu_has_avx512_bf16() -> bool:
+    try:
+        return "avx512_bf16" in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="ignore")
+    except OSError:
+        return False
+
+
+def _settings(req: CapacityRequest, **overrides: object) -> CacheSettings:
+    base: dict[str, object] = dict(
+        platform=req.platform,
+        max_model_len=req.max_model_len,
+        block_size=req.block_size,
+        dtype=req.dtype,
+        kv_cache_dtype=req.kv_cache_dtype,
+        mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype,
+        enable_prefix_caching=req.enable_prefix_caching,
+        max_num_batched_tokens=req.max_num_batched_tokens,
+        cpu_avx512_bf16=req.platform == "cpu" and _cpu_has_avx512_bf16(),
+    )
+    base.update(overrides)
+    return CacheSettings.model_validate(base)
+
+
+def _inputs(
+    req: CapacityRequest,
+    model: ResolvedModel,
+    settings: CacheSettings,
+    kv_source: str,
+    gpu: str | None = None,
+    total: int | None = None,
+) -> CapacityInputs:
+    return CapacityInputs(
+        model=model.name,
+        model_config_source=model.config_source,
+        architecture=model.spec.architecture,
+        attention_layers=model.spec.count("full_attention") + model.spec.count("sliding_attention"),
+        linear_attention_layers=model.spec.count("linear_attention"),
+        gpu=gpu,
+        total_memory_bytes=total,
+        kv_memory_source=kv_source,
+        server=req.server,
+        settings=settings,
+        reserves=req.reserves,
+    )
+
+
+def _report(
+    plan: CapacityPlan,
+    inputs: CapacityInputs,
+    memory: GpuMemoryEstimate | None = None,
+    server: ServerComparison | None = None,
+) -> CapacityReport:
+    cap = plan.capacity
+    band = None
+    if plan.capacity_high is not None:
+        low = plan.capacity_low.kv_cache_tokens if plan.capacity_low else 0
+        band = (low, plan.capacity_high.kv_cache_tokens)
+    return CapacityReport(
+        kv_cache_tokens=cap.kv_cache_tokens,
+        kv_cache_tokens_range=band,
+        block_size=plan.layout.block_size,
+        num_blocks=cap.num_blocks,
+        max_concurrency=round(cap.max_concurrency, 4),
+        resident_budget_tokens=plan.budget.resident_budget_tokens,
+        binding_constraint=plan.budget.binding_constraint,
+        reasoning=plan.budget.reasoning,
+        kv_bytes_per_token=plan.layout.kv_bytes_per_token,
+        kv_cache_memory_bytes=cap.kv_cache_memory_bytes,
+        inputs=inputs,
+        memory=memory,
+        plan=plan,
+        server=server,
+    )
+
+
+def build_capacity_report(req: CapacityRequest) -> CapacityReport:
+    """Plan capacity from a GPU profile, the live GPU, explicit KV bytes or a running server."""
+    if req.server:
+        return _server_report(req)
+    if not 0 < req.gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}"
+        )
+    model = resolve_model(req.model or DEFAULT_MODEL)
+    settings = _settings(req)
+    if req.kv_cache_memory_bytes is not None:
+        plan = plan_capacity(model.spec, settings, req.kv_cache_memory_bytes, req.reserves)
+        inputs = _inputs(req, model, settings, "--kv-cache-memory-bytes (profiling bypassed)")
+        return _report(plan, inputs)
+    if req.gpu == "auto":
+        live = read_live_gpu()
+        gpu_name, total = f"{live.name} (live, NVML)", live.total_memory_bytes
+    else:
+        profile = load_gpu_profile(req.profile or DEFAULT_PROFILE)
+        gpu_name, total = f"{profile.name} (profile)", profile.total_memory_bytes
+    if model.weights_bytes is None:
+        raise ProfileError(
+            f"--model {model.name}: no *.safetensors files to size the weights; point --model "
+            "at a directory with the weights, use a model profile, or pass --kv-cache-memory-bytes"
+        )
+    memory = estimate_gpu_kv_memory(
+        total_memory_bytes=total,
+        gpu_memory_utilization=req.gpu_memory_utilization,
+        weights_bytes=model.weights_bytes,
+        weights_source=model.weights_source,
+        model=model.spec,
+        max_num_batched_tokens=req.max_num_batched_tokens,
+        max_num_seqs=req.max_num_seqs,
+        enforce_eager=req.enforce_eager,
+    )
+    plan = plan_capacity(model.spec, settings, memory, req.reserves)
+    inputs = _inputs(
+        req,
+        model,
+        settings,
+        "estimate: total x utilization - non-KV terms",
+        gpu=gpu_name,
+        total=total,
+    )
+    return _report(plan, inputs, memory)
+
+
+def _label_int(labels: dict[str, str], key: str) -> int | None:
+    raw = labels.get(key)
+    try:
+        return int(float(raw)) if raw not in (None, "None", "") else None
+    except ValueError:
+        return None
+
+
+def _server_report(req: CapacityRequest) -> CapacityReport:
+    assert req.server is not None
+    with VllmClient(req.server) as client:
+        served = client.models()[0]
+        labels = client.cache_config_info()
+    ref = req.model or served.root
+    if ref is None or (req.model is None and not Path(ref).is_dir()):
+        raise ConfigError(
+            f"--server {req.server} serves {served.id!r} from {ref!r}, which is not a local "
+            "directory here; pass --model with its config.json or a model profile"
+        )
+    model = resolve_model(ref)
+    length = served.max_model_len or req.max_model_len
+    overrides: dict[str, object] = {"max_model_len": length}
+    if labels.get("user_specified_block_size") == "True" and _label_int(labels, "block_size"):
+        overrides["block_size"] = _label_int(labels, "block_size")
+    if labels.get("cache_dtype"):
+        overrides["kv_cache_dtype"] = labels["cache_dtype"]
+    if labels.get("mamba_ssm_cache_dtype") and model.spec.is_hybrid:
+        overrides["mamba_ssm_cache_dtype"] = labels["mamba_ssm_cache_dtype"]
+    if labels.get("enable_prefix_caching") in ("True", "False"):
+        overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
+    settings = _settings(req, **overrides)
+    num_blocks = _label_int(labels, "num_gpu_blocks") or 0
+    kv_bytes = _label_int(labels, "kv_cache_memory_bytes")
+    layout = build_kv_layout(model.spec, settings)
+    source = "server label kv_cache_memory_bytes"
+    if kv_bytes is None:
+        # Profiled on the server's GPU: vLLM's block count is the measurement.
+        kv_bytes = num_blocks * layout.bytes_per_block
+        source = "server num_gpu_blocks x planner bytes per block (profiled by vLLM)"
+    plan = plan_capacity(model.spec, settings, kv_bytes, req.reserves)
+    comparison = ServerComparison(
+        served_model=served.id,
+        max_model_len=length,
+        block_size=_label_int(labels, "block_size") or 0,
+        num_blocks=num_blocks,
+        kv_cache_tokens=_label_int(labels, "kv_cache_size_tokens") or 0,
+        predicted_block_size=plan.layout.block_size,
+        predicted_num_blocks=plan.capacity.num_blocks,
+        predicted_kv_cache_tokens=plan.capacity.kv_cache_tokens,
+        agrees=(
+            plan.layout.block_size == _label_int(labels, "block_size")
+            and plan.capacity.num_blocks == num_blocks
+            and plan.capacity.kv_cache_tokens == _label_int(labels, "kv_cache_size_tokens")
+        ),
+        cache_config_info=labels,
+    )
+    return _report(plan, _inputs(req, model, settings, source), server=comparison)
