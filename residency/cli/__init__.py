@@ -37,7 +37,7 @@ _register()
 def main() -> None:
     """Console-script entry: run the app; a user error becomes one line on stderr, exit 1."""
     try:
-        rv = app(standalone_mode=False)
+        rv = app(prog_name="residency", standalone_mode=False)
     except USER_ERRORS as exc:
         _fail(str(exc))
     except ValidationError as exc:

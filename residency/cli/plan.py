@@ -29,14 +29,14 @@ def plan(
         str | None,
         typer.Option(
             help=f"Model profile name or local HF model dir / config.json "
-            f"[default: {DEFAULT_MODEL}].",
+            f"(default: {DEFAULT_MODEL}).",
             rich_help_panel=_HOST,
         ),
     ] = None,
     profile: Annotated[
         str | None,
         typer.Option(
-            help=f"GPU profile [default: {DEFAULT_PROFILE}]; see `residency profiles`.",
+            help=f"GPU profile (default: {DEFAULT_PROFILE}); see `residency profiles`.",
             rich_help_panel=_HOST,
         ),
     ] = None,
