@@ -1,9 +1,10 @@
 """Tiny random-weight models for tests and demos: a local BPE tokenizer and Qwen configs, no hub.
 
 A real vLLM server needs a real model directory. These are built here from nothing but the
-project's own corpus text: a byte-level BPE tokenizer (HF `tokenizers`) with ChatML special
-tokens and chat template, and a transformers config whose weights are drawn at random with a
-fixed seed. Two architectures cover what the capacity planner must agree with vLLM on:
+project's own corpus text: a byte-level BPE tokenizer (HF `tokenizers`, Qwen2's NFC + regex
+pre-tokenizer) with ChatML special tokens and chat template, and a transformers config whose
+weights are drawn at random with a fixed seed. Two architectures cover what the capacity
+planner must agree with vLLM on:
 
 * ``dense``  — ``Qwen2ForCausalLM``: every layer is full attention (GQA / MQA by kv heads).
 * ``hybrid`` — ``Qwen3NextForCausalLM``: Gated DeltaNet (linear attention, a fixed-size state)
@@ -28,7 +29,7 @@ import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -52,11 +53,20 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 
+# transformers/models/qwen2/tokenization_qwen2.py: PRETOKENIZE_REGEX
+QWEN2_PRETOKENIZE_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 CORPUS_SUFFIXES: tuple[str, ...] = (".md", ".txt", ".jsonl")
 STAMP_FILE = "residency-tiny-model.json"
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json")
 # Bump when the build itself changes, so cached directories are rebuilt.
-BUILD_FORMAT_VERSION = 1
+BUILD_FORMAT_VERSION = 2
+
+
+_Count = Annotated[int, Field(ge=1, le=128)]
+_Width = Annotated[int, Field(ge=16, le=32768)]
 
 
 class TinyModelSpec(BaseModel):
@@ -69,45 +79,35 @@ class TinyModelSpec(BaseModel):
         description="dense: Qwen2ForCausalLM (all full attention); "
         "hybrid: Qwen3NextForCausalLM (Gated DeltaNet + full attention).",
     )
-    num_hidden_layers: int = Field(default=4, ge=1, le=64, description="Decoder layers.")
-    num_attention_heads: int = Field(default=4, ge=1, le=64, description="Query heads.")
-    num_key_value_heads: int = Field(
-        default=2, ge=1, le=64, description="KV heads (1 = MQA, < query heads = GQA)."
+    num_hidden_layers: _Count = Field(default=4, description="Decoder layers.")
+    num_attention_heads: _Count = Field(default=4, description="Query heads.")
+    num_key_value_heads: _Count = Field(default=2, description="KV heads (1: MQA, fewer: GQA).")
+    head_dim: _Width = Field(default=64, description="Attention head size; CPU: 64/128, not 32.")
+    hidden_size: _Width = Field(
+        default=256, description="Residual width; dense Qwen2 needs num_attention_heads * head_dim."
     )
-    head_dim: int = Field(
-        default=64,
-        ge=16,
-        le=512,
-        description="Attention head size; vLLM CPU accepts 64 or 128, not 32.",
-    )
-    hidden_size: int = Field(
-        default=256,
-        ge=16,
-        le=8192,
-        description="Residual width; dense Qwen2 requires num_attention_heads * head_dim.",
-    )
-    intermediate_size: int = Field(default=512, ge=16, le=32768, description="MLP width.")
+    intermediate_size: _Width = Field(default=512, description="MLP width.")
     max_position_embeddings: int = Field(
         default=65536, ge=128, le=1_048_576, description="Longest position the model accepts."
     )
-    full_attention_interval: int = Field(
-        default=4,
-        ge=1,
-        le=64,
-        description="Hybrid only: every N-th layer is full attention, the others GDN.",
+    full_attention_interval: _Count = Field(
+        default=4, description="Hybrid: every N-th layer is full attention, the others GDN."
     )
-    linear_num_key_heads: int = Field(default=2, ge=1, le=64, description="Hybrid: GDN key heads.")
-    linear_num_value_heads: int = Field(
-        default=4, ge=1, le=128, description="Hybrid: GDN value heads (a multiple of key heads)."
+    linear_num_key_heads: _Count = Field(default=2, description="Hybrid: GDN key heads.")
+    linear_num_value_heads: _Count = Field(
+        default=4, description="Hybrid: GDN value heads (a multiple of the key heads)."
     )
-    linear_key_head_dim: int = Field(
-        default=64, ge=16, le=512, description="Hybrid: GDN key head size."
-    )
-    linear_value_head_dim: int = Field(
-        default=64, ge=16, le=512, description="Hybrid: GDN value head size."
-    )
+    linear_key_head_dim: _Width = Field(default=64, description="Hybrid: GDN key head size.")
+    linear_value_head_dim: _Width = Field(default=64, description="Hybrid: GDN value head size.")
     linear_conv_kernel_dim: int = Field(
         default=4, ge=2, le=8, description="Hybrid: GDN short-convolution kernel width."
+    )
+    num_experts: _Count = Field(
+        default=4, description="Hybrid: routed experts per layer (vLLM's Qwen3-Next needs MoE)."
+    )
+    num_experts_per_tok: _Count = Field(default=2, description="Hybrid: experts per token.")
+    moe_intermediate_size: _Width = Field(
+        default=128, description="Hybrid: width of each expert and of the shared expert."
     )
     dtype: Literal["bfloat16", "float32"] = Field(
         default="bfloat16", description="Weight dtype written to model.safetensors and config."
@@ -128,6 +128,11 @@ class TinyModelSpec(BaseModel):
                 f"dense Qwen2 needs hidden_size = num_attention_heads * head_dim = "
                 f"{self.num_attention_heads * self.head_dim}, got {self.hidden_size}"
             )
+        if self.kind == "hybrid" and self.num_experts_per_tok > self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok {self.num_experts_per_tok} exceeds num_experts "
+                f"{self.num_experts}"
+            )
         if self.kind == "hybrid" and self.linear_num_value_heads % self.linear_num_key_heads:
             raise ValueError(
                 f"linear_num_value_heads {self.linear_num_value_heads} is not a multiple of "
@@ -147,7 +152,7 @@ class TinyModelSpec(BaseModel):
 
 
 DENSE_SPEC = TinyModelSpec()
-HYBRID_SPEC = TinyModelSpec(kind="hybrid", hidden_size=256, num_hidden_layers=4)
+HYBRID_SPEC = TinyModelSpec(kind="hybrid")
 
 
 def corpus_texts(root: Path) -> list[str]:
@@ -191,12 +196,20 @@ def corpus_texts(root: Path) -> list[str]:
 
 def train_tokenizer(texts: Iterable[str], out_dir: Path, vocab_size: int = 8000) -> Path:
     """Train a byte-level BPE tokenizer with ChatML special tokens; save it transformers-style."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+    # Qwen2's own pipeline, exactly: transformers 5 loads a model dir whose config says qwen2 /
+    # qwen3_next as Qwen2Tokenizer, which rebuilds normalizer and pre-tokenizer itself and
+    # ignores tokenizer.json's. Any other pipeline would make vLLM's ids differ from ours.
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=list(SPECIAL_TOKENS),
@@ -250,7 +263,8 @@ def build_tiny_model(spec: TinyModelSpec, out_dir: Path, tokenizer_dir: Path) ->
     try:
         config = _hf_config(spec, vocab_size=_vocab_size(tokenizer_dir), special_ids=special_ids)
         torch.manual_seed(spec.seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        # transformers leaves from_config unannotated.
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
         model = model.to(getattr(torch, spec.dtype))
         model.save_pretrained(staging, safe_serialization=True)
         for name in TOKENIZER_FILES:
@@ -302,12 +316,14 @@ def _hf_config(spec: TinyModelSpec, vocab_size: int, special_ids: dict[str, int]
         linear_key_head_dim=spec.linear_key_head_dim,
         linear_value_head_dim=spec.linear_value_head_dim,
         linear_conv_kernel_dim=spec.linear_conv_kernel_dim,
-        # A plain MLP in every layer: no MoE router/experts in a tiny test model.
-        mlp_only_layers=list(range(spec.num_hidden_layers)),
-        num_experts=0,
-        num_experts_per_tok=0,
-        moe_intermediate_size=spec.intermediate_size,
-        shared_expert_intermediate_size=0,
+        # vLLM's Qwen3NextForCausalLM refuses a model without MoE layers
+        # ("No Qwen3Next layer found in the model.layers."): every layer gets a small MoE.
+        mlp_only_layers=[],
+        decoder_sparse_step=1,
+        num_experts=spec.num_experts,
+        num_experts_per_tok=spec.num_experts_per_tok,
+        moe_intermediate_size=spec.moe_intermediate_size,
+        shared_expert_intermediate_size=spec.moe_intermediate_size,
     )
 
 

@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 
 REQUIRED_KEYS = {
-    "kv_cache_tokens", "block_size", "num_blocks", "max_concurrency", "resident_budget_tokens",
-    "binding_constraint", "kv_bytes_per_token", "inputs",
+    "kv_cache_tokens",
+    "block_size",
+    "num_blocks",
+    "max_concurrency",
+    "resident_budget_tokens",
+    "binding_constraint",
+    "kv_bytes_per_token",
+    "inputs",
 }
 
 
@@ -23,12 +29,20 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_default_plan_json_gives_a_budget_near_30k_with_its_reasoning() -> None:
     out = run_cli(
-        "plan", "--profile", "rtx4070-12gb", "--model", "qwen3.5-4b-fp8",
-        "--max-model-len", "32768", "--gpu-memory-utilization", "0.90", "--json",
+        "plan",
+        "--profile",
+        "rtx4070-12gb",
+        "--model",
+        "qwen3.5-4b-fp8",
+        "--max-model-len",
+        "32768",
+        "--gpu-memory-utilization",
+        "0.90",
+        "--json",
     )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert REQUIRED_KEYS <= report.keys()
+    assert report.keys() >= REQUIRED_KEYS
     assert 28_000 <= report["resident_budget_tokens"] <= 31_000
     assert report["binding_constraint"] == "max_model_len"
     assert report["block_size"] == 528
@@ -46,8 +60,16 @@ def test_default_plan_prints_a_readable_table() -> None:
 
 
 def test_kv_cache_memory_bytes_bypasses_the_memory_estimate() -> None:
-    out = run_cli("plan", "--model", "llama-3.1-8b-instruct", "--max-model-len", "8192",
-                  "--kv-cache-memory-bytes", str(4 << 30), "--json")
+    out = run_cli(
+        "plan",
+        "--model",
+        "llama-3.1-8b-instruct",
+        "--max-model-len",
+        "8192",
+        "--kv-cache-memory-bytes",
+        str(4 << 30),
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["memory"] is None
@@ -57,9 +79,14 @@ def test_kv_cache_memory_bytes_bypasses_the_memory_estimate() -> None:
 
 def test_local_model_dir_sizes_weights_from_safetensors(tmp_path: Path) -> None:
     config = {
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896,
-        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2,
-        "vocab_size": 151936, "torch_dtype": "bfloat16",
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": 896,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "torch_dtype": "bfloat16",
     }
     (tmp_path / "config.json").write_text(json.dumps(config))
     with (tmp_path / "model.safetensors").open("wb") as f:
@@ -76,22 +103,28 @@ def test_local_model_dir_sizes_weights_from_safetensors(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        pytest.param(["--profile", "rtx9999"], ["rtx9999", "--profile", "rtx4070-12gb"],
-                     id="unknown-profile"),
-        pytest.param(["--model", "no-such-model"], ["no-such-model", "--model"],
-                     id="unknown-model"),
-        pytest.param(["--gpu-memory-utilization", "0"], ["(0, 1]", "got 0"],
-                     id="utilization-zero"),
-        pytest.param(["--gpu-memory-utilization", "1.5"], ["(0, 1]", "1.5"],
-                     id="utilization-above-one"),
-        pytest.param(["--model", "llama-3.1-8b-instruct"],
-                     ["14.96 GiB", "10.79 GiB", "--gpu-memory-utilization"],
-                     id="weights-do-not-fit"),
-        pytest.param(["--max-model-len", "2048"], ["--max-model-len 2048", "3392"],
-                     id="budget-below-zero"),
+        pytest.param(
+            ["--profile", "rtx9999"], ["rtx9999", "--profile", "rtx4070-12gb"], id="unknown-profile"
+        ),
+        pytest.param(
+            ["--model", "no-such-model"], ["no-such-model", "--model"], id="unknown-model"
+        ),
+        pytest.param(["--gpu-memory-utilization", "0"], ["(0, 1]", "got 0"], id="utilization-zero"),
+        pytest.param(
+            ["--gpu-memory-utilization", "1.5"], ["(0, 1]", "1.5"], id="utilization-above-one"
+        ),
+        pytest.param(
+            ["--model", "llama-3.1-8b-instruct"],
+            ["14.96 GiB", "10.79 GiB", "--gpu-memory-utilization"],
+            id="weights-do-not-fit",
+        ),
+        pytest.param(
+            ["--max-model-len", "2048"], ["--max-model-len 2048", "3392"], id="budget-below-zero"
+        ),
         pytest.param(["--gpu", "auto"], ["--gpu auto", "--profile"], id="no-nvidia-driver"),
-        pytest.param(["--server", "http://127.0.0.1:9"], ["127.0.0.1:9", "vLLM"],
-                     id="server-unreachable"),
+        pytest.param(
+            ["--server", "http://127.0.0.1:9"], ["127.0.0.1:9", "vLLM"], id="server-unreachable"
+        ),
     ],
 )
 def test_bad_input_gives_one_clear_line_and_exit_1(args: list[str], fragments: list[str]) -> None:
@@ -111,8 +144,9 @@ def test_bad_input_gives_one_clear_line_and_exit_1(args: list[str], fragments: l
     [
         pytest.param("{not json", "not valid JSON", id="not-json"),
         pytest.param("[1, 2]", "JSON object", id="not-an-object"),
-        pytest.param('{"architectures": ["X"], "hidden_size": 64}', "num_attention_heads",
-                     id="missing-field"),
+        pytest.param(
+            '{"architectures": ["X"], "hidden_size": 64}', "num_attention_heads", id="missing-field"
+        ),
     ],
 )
 def test_malformed_config_json_is_refused(tmp_path: Path, content: str, fragment: str) -> None:

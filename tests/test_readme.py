@@ -12,7 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_readme_help_blocks_match_the_cli() -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "readme_help.py"), "--check"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 

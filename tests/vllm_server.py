@@ -12,13 +12,15 @@ process outlives the block.
 
 from __future__ import annotations
 
+import atexit
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -27,6 +29,15 @@ import httpx
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PYTHON = Path(sys.executable)
 LOG_TAIL_LINES = 40
+# "RuntimeError: ...", "ValueError: ...", "torch.OutOfMemoryError: ..." as a line of its own.
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+
+
+class _Default:
+    """Marks an argument left at the factory's default (None is a meaningful value)."""
+
+
+_DEFAULT = _Default()
 
 
 class VllmServerError(RuntimeError):
@@ -132,6 +143,16 @@ class VllmServer:
         """The last lines of the log, for error messages."""
         return "\n".join(self.log_text().splitlines()[-lines:])
 
+    def failure_report(self) -> str:
+        """The root-cause lines (``...Error: ...``) of the log, then its last lines."""
+        causes: list[str] = []
+        for line in self.log_text().splitlines():
+            cause = line.split("] ", 1)[-1].strip()
+            if _ERROR_LINE.match(cause) and cause not in causes:
+                causes.append(cause)
+        head = "root cause(s):\n" + "\n".join(causes[-5:]) + "\n" if causes else ""
+        return f"{head}last {LOG_TAIL_LINES} log lines:\n{self.log_tail()}"
+
     def start(self) -> VllmServer:
         """Launch the server and block until /health answers 200; raise if it dies or hangs."""
         if self._process is not None:
@@ -149,7 +170,9 @@ class VllmServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
+        atexit.register(self.stop)  # an interpreter that exits early still stops its servers
         try:
             self._wait_healthy(started)
         except BaseException:
@@ -168,7 +191,7 @@ class VllmServer:
                 if code is not None:
                     raise VllmServerError(
                         f"vLLM server exited with code {code} during startup "
-                        f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                        f"(log: {self.log_path})\n{self.failure_report()}"
                     )
                 try:
                     if client.get(f"{self.base_url}/health").status_code == 200:
@@ -178,7 +201,7 @@ class VllmServer:
                 if time.monotonic() > deadline:
                     raise VllmServerError(
                         f"vLLM server not healthy after {self.startup_timeout_s:.0f} s "
-                        f"(log: {self.log_path}); last lines:\n{self.log_tail()}"
+                        f"(log: {self.log_path})\n{self.failure_report()}"
                     )
                 time.sleep(0.5)
 
@@ -189,7 +212,7 @@ class VllmServer:
             return
         pgid = process.pid  # start_new_session=True: the server leads its own group
         for sig, grace_s in ((signal.SIGINT, 15.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-            if not _group_alive(pgid):
+            if not process_group_alive(pgid):
                 break
             try:
                 os.killpg(pgid, sig)
@@ -198,13 +221,14 @@ class VllmServer:
             deadline = time.monotonic() + grace_s
             while time.monotonic() < deadline:
                 process.poll()  # reap the leader so the group can empty
-                if not _group_alive(pgid):
+                if not process_group_alive(pgid):
                     break
                 time.sleep(0.2)
         process.poll()
         if process.returncode is None:
             process.wait(timeout=5)
         self._process = None
+        atexit.unregister(self.stop)
 
     def __enter__(self) -> VllmServer:
         return self.start()
@@ -218,7 +242,80 @@ class VllmServer:
         self.stop()
 
 
-def _group_alive(pgid: int) -> bool:
+class VllmServerFactory:
+    """Starts VllmServers with shared defaults and stops every one of them in `close()`."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        *,
+        python: Path = DEFAULT_PYTHON,
+        served_model_name: str = "tiny",
+        max_model_len: int = 32768,
+        kv_cache_space_gib: int | None = 1,
+        extra_args: Sequence[str] = (),
+        before_start: Callable[[], None] | None = None,
+    ) -> None:
+        self.log_dir = log_dir
+        self.python = python
+        self.served_model_name = served_model_name
+        self.max_model_len = max_model_len
+        self.kv_cache_space_gib = kv_cache_space_gib
+        self.extra_args = tuple(extra_args)
+        self.before_start = before_start
+        self.servers: list[VllmServer] = []
+
+    def __call__(
+        self,
+        model_dir: Path,
+        *,
+        extra_args: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        max_model_len: int | None = None,
+        kv_cache_space_gib: int | _Default | None = _DEFAULT,
+        name: str | None = None,
+    ) -> VllmServer:
+        """Start a server for model_dir (the factory's defaults unless given) and wait for it."""
+        if self.before_start is not None:
+            self.before_start()
+        label = re.sub(r"[^\w.-]", "_", name or model_dir.name)
+        server = VllmServer(
+            model_dir,
+            log_path=self.log_dir / f"{label}-{len(self.servers)}.log",
+            served_model_name=self.served_model_name,
+            max_model_len=max_model_len if max_model_len is not None else self.max_model_len,
+            extra_args=self.extra_args if extra_args is None else tuple(extra_args),
+            env=env,
+            kv_cache_space_gib=(
+                self.kv_cache_space_gib
+                if isinstance(kv_cache_space_gib, _Default)
+                else kv_cache_space_gib
+            ),
+            python=self.python,
+        )
+        self.servers.append(server)
+        return server.start()
+
+    def close(self) -> None:
+        """Stop all servers started by this factory, newest first."""
+        while self.servers:
+            self.servers.pop().stop()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG).
+
+    A test run killed outright (SIGKILL, CI timeout) then still takes the API server down, and
+    vLLM's engine core and worker exit when the API server goes. (The signal follows the
+    thread that started the server: start servers from a long-lived thread.)
+    """
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def process_group_alive(pgid: int) -> bool:
     """Whether a live (non-zombie) process is still in group pgid."""
     proc = Path("/proc")
     if not proc.is_dir():  # not Linux: ask the kernel, zombies included

