@@ -18,9 +18,13 @@ def test_plan_capacity_pure(benchmark: BenchmarkFixture) -> None:
 
     def run() -> int:
         memory = estimate_gpu_kv_memory(
-            total_memory_bytes=gpu.total_memory_bytes, gpu_memory_utilization=0.9,
-            weights_bytes=weights, weights_source="profile", model=model.spec,
-            max_num_batched_tokens=2048, max_num_seqs=256,
+            total_memory_bytes=gpu.total_memory_bytes,
+            gpu_memory_utilization=0.9,
+            weights_bytes=weights,
+            weights_source="profile",
+            model=model.spec,
+            max_num_batched_tokens=2048,
+            max_num_seqs=256,
         )
         plan = plan_capacity(model.spec, CacheSettings(max_model_len=32768), memory, Reserves())
         return plan.budget.resident_budget_tokens

@@ -116,9 +116,7 @@ def _knapsack_greedy(items: Sequence[Candidate], room: int) -> tuple[list[Candid
 
     Also returns the fractional (LP) optimum, an upper bound on the 0/1 optimum (Dantzig).
     """
-    ranked = sorted(
-        (c for c in items if c.value > 0), key=lambda c: (-c.value / c.tokens, c.id)
-    )
+    ranked = sorted((c for c in items if c.value > 0), key=lambda c: (-c.value / c.tokens, c.id))
     chosen: list[Candidate] = []
     used = 0
     upper_bound = 0.0

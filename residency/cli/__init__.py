@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-import click
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -25,10 +24,16 @@ _err = Console(stderr=True, soft_wrap=True)
 
 
 def _register() -> None:
+    from residency.cli import corpus as corpus_cli
+    from residency.cli import eval as eval_cli
+    from residency.cli import index as index_cli
     from residency.cli import plan, profiles
 
     app.command("plan")(plan.plan)
     app.command("profiles")(profiles.profiles)
+    app.command("index")(index_cli.index)
+    app.add_typer(eval_cli.app, name="eval")
+    app.add_typer(corpus_cli.app, name="corpus")
 
 
 _register()
@@ -43,13 +48,21 @@ def main() -> None:
     except ValidationError as exc:
         err = exc.errors()[0]
         _fail(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except (click.Abort, KeyboardInterrupt):
-        _err.print("aborted")
-        sys.exit(130)
+    except typer.TyperException as exc:  # usage errors: typer ships its own click
+        show = getattr(exc, "show", None)
+        if callable(show):
+            show()
+        sys.exit(getattr(exc, "exit_code", 2))
+    except (typer.Abort, KeyboardInterrupt):
+        _aborted()
+    if rv == 130:  # typer returns 130 on Ctrl-C in non-standalone mode
+        _aborted()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _aborted() -> NoReturn:
+    _err.print("aborted")
+    sys.exit(130)
 
 
 def _fail(message: str) -> NoReturn:

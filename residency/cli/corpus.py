@@ -1,0 +1,40 @@
+"""`residency corpus`: corpus tools (import-squad)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from residency.corpus.squad import import_squad as run_import
+
+app = typer.Typer(name="corpus", help="Corpus tools.", no_args_is_help=True)
+
+
+@app.command("import-squad")
+def import_squad(
+    file: Annotated[Path, typer.Argument(help="SQuAD-format JSON, e.g. JSQuAD valid-v1.3.json.")],
+    outdir: Annotated[Path, typer.Argument(help="Writes OUTDIR/docs/*.jsonl and OUTDIR/qa.jsonl.")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace OUTDIR even when it is not empty.")
+    ] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Turn a SQuAD-style file into a corpus (a section per paragraph) and a questions file."""
+    report = run_import(file, outdir, force=force)
+    if json:
+        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        return
+    qa = escape(str(outdir / "qa.jsonl"))
+    Console().print(
+        f"{report.articles} articles, {report.paragraphs} paragraphs → "
+        f"{escape(str(outdir / 'docs'))}/; {report.questions} questions "
+        f"({report.unanswerable} without an answer) → {qa}\n"
+        f"next: residency index {escape(str(outdir / 'docs'))} -o INDEX_DIR, then "
+        f"residency eval retrieval --index INDEX_DIR --questions {qa}",
+        highlight=False,
+    )

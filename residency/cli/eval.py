@@ -1,0 +1,164 @@
+"""`residency eval`: evaluation commands (retrieval), each with a history file and budgets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from residency.errors import ConfigError
+from residency.eval_retrieval import (
+    HISTORY_FILE,
+    METRICS,
+    RetrievalEvalReport,
+    append_history,
+    evaluate_retrieval,
+    load_questions,
+    parse_budget,
+)
+from residency.index import open_index
+from residency.retrieval import DEFAULT_WEIGHTS
+
+app = typer.Typer(
+    name="eval",
+    help="Evaluate retrieval against gold questions; keep a history and enforce budgets.",
+    no_args_is_help=True,
+)
+
+BUDGET_EXIT_CODE = 2
+
+
+def _parse_weights(items: list[str]) -> dict[str, float] | None:
+    """--weight NAME=W items over the default fusion weights (None: the defaults)."""
+    if not items:
+        return None
+    weights = dict(DEFAULT_WEIGHTS)
+    for item in items:
+        name, _, value = (part.strip() for part in item.partition("="))
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = -1.0
+        if name not in DEFAULT_WEIGHTS or weight < 0:
+            raise ConfigError(
+                f"--weight {item!r}: expected NAME=WEIGHT with NAME one of "
+                f"{', '.join(DEFAULT_WEIGHTS)} and WEIGHT >= 0, e.g. dense=0.3"
+            )
+        weights[name] = weight
+    return weights
+
+
+@app.command("retrieval")
+def retrieval(
+    index: Annotated[Path, typer.Option("--index", help="Index directory (residency index).")],
+    questions: Annotated[
+        Path,
+        typer.Option(help="jsonl: query, relevant_ids (section ids), optional type and id."),
+    ],
+    history: Annotated[
+        Path | None,
+        typer.Option(help=f"Eval history to append to [default: INDEX/{HISTORY_FILE}]."),
+    ] = None,
+    min_recall: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=f"Budget for the fusion, e.g. R@10=0.80 (repeatable; {', '.join(METRICS)}); "
+            f"exit {BUDGET_EXIT_CODE} when one is missed.",
+        ),
+    ] = None,
+    weight: Annotated[
+        list[str] | None,
+        typer.Option(help="Fusion weight NAME=W (repeatable), e.g. dense=0.3 bm25=0.7."),
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Recall@1/3/5/10, MRR@10 and nDCG@10 of BM25, dense and the fusion, per question type."""
+    budgets = [parse_budget(b) for b in (min_recall or [])]
+    opened = open_index(index, weights=_parse_weights(weight or []))
+    qs = load_questions(questions)
+    err = Console(stderr=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        disable=json or not err.is_terminal,
+    )
+    with bar:
+        task = bar.add_task("questions", total=sum(1 for q in qs if q.relevant_ids))
+        report = evaluate_retrieval(
+            opened, questions, qs, budgets, progress=lambda n: bar.advance(task, n)
+        )
+    history_path = history if history is not None else index / HISTORY_FILE
+    append_history(history_path, report)
+    if json:
+        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    else:
+        render(report, history_path, Console())
+    failed = [b for b in report.budgets if not b.passed]
+    for b in failed:
+        actual = "n/a" if b.actual is None else f"{b.actual:.4f}"
+        err.print(
+            f"[bold red]budget missed:[/] hybrid {b.metric} = {actual} < {b.minimum:.2f} "
+            f"(--min-recall {b.metric}={b.minimum:g})",
+            highlight=False,
+        )
+    if failed:
+        raise typer.Exit(BUDGET_EXIT_CODE)
+
+
+def _metrics_table(title: str, report: RetrievalEvalReport, by_type: bool) -> Table:
+    table = Table(title=title, title_justify="left")
+    if by_type:
+        table.add_column("type")
+    table.add_column("retriever")
+    table.add_column("n", justify="right")
+    for name in METRICS:
+        table.add_column(name, justify="right")
+    types = sorted({t for r in report.retrievers.values() for t in r.by_type}) if by_type else [""]
+    for t in types:
+        for name, rep in report.retrievers.items():
+            m = rep.by_type.get(t) if by_type else rep.overall
+            if m is None:
+                continue
+            cells = [f"{m.value(metric):.3f}" for metric in METRICS]
+            table.add_row(*([escape(t)] if by_type else []), name, str(m.questions), *cells)
+    return table
+
+
+def render(report: RetrievalEvalReport, history: Path, console: Console) -> None:
+    """Overall and per-type tables, exclusions, unknown ids, budgets, history path."""
+    s = report.settings
+    weights = ", ".join(f"{k} {v:g}" for k, v in s.weights.items())
+    console.print(
+        f"[bold]{report.evaluated}[/] questions evaluated on {escape(report.index_dir)} "
+        f"(embedder {s.embedder or 'none'}, BM25 {s.sparse_tokenizer}, chunks {s.chunker}; "
+        f"RRF k={s.rrf_k}, prefetch {s.prefetch}, weights {weights}); section-level ranks",
+        highlight=False,
+    )
+    console.print(_metrics_table("Overall", report, by_type=False))
+    if len({t for r in report.retrievers.values() for t in r.by_type}) > 1:
+        console.print(_metrics_table("By question type", report, by_type=True))
+    if report.excluded_no_relevant:
+        console.print(
+            f"{report.excluded_no_relevant} question(s) without relevant ids (type unknown) "
+            "excluded from retrieval metrics"
+        )
+    if report.unknown_relevant_count:
+        shown = ", ".join(report.unknown_relevant_ids[:5])
+        console.print(
+            f"[yellow]warning:[/] {report.unknown_relevant_count} relevant id(s) are not sections "
+            f"of this index and always count as misses (e.g. {escape(shown)}); were the "
+            "questions written for this corpus root?"
+        )
+    for b in report.budgets:
+        state = "[green]ok[/]" if b.passed else "[red]MISSED[/]"
+        actual = "n/a" if b.actual is None else f"{b.actual:.4f}"
+        console.print(f"budget hybrid {b.metric} >= {b.minimum:g}: {actual} {state}")
+    console.print(f"history: appended to {escape(str(history))}")

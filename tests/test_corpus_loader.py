@@ -1,0 +1,312 @@
+"""Corpus loading: section ids, titles, bad-input policy and token counts, on real files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+from vllm_server import VllmServer
+
+from residency.corpus.loader import load_corpus, slugify
+from residency.errors import ConfigError, CorpusError
+from residency.token_count import (
+    ApproxTokenCounter,
+    LocalTokenCounter,
+    ServerTokenCounter,
+    get_token_counter,
+)
+
+MANUAL = """\
+前書きの文。
+
+# 運用マニュアル {#operations}
+
+概要の本文。
+
+## 灯器の日常点検 {#lamp-daily-check}
+
+毎日点検する。
+
+## 記録（様式 M-1）
+
+記録を残す。
+
+```
+# これは見出しではない
+```
+
+### 記録（様式 M-1）
+
+同じ見出し。
+
+## Step 2: Replace the LAMP!
+
+英語の見出し。
+
+## 空の見出し
+
+## 最後 ##
+
+終わり。
+"""
+
+
+def write(root: Path, rel: str, content: str | bytes) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+def jsonl(*records: object) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    root = tmp_path / "docs"
+    write(root, "manual/operations.md", MANUAL)
+    write(root, "notes/log.txt", "一段落目の\n二行目。\n\n\n二段落目。\n")
+    write(
+        root,
+        "notes/maintenance.jsonl",
+        jsonl(
+            {
+                "id": "note-1",
+                "title": "灯台の点検",
+                "date": "2025-01-03",
+                "tags": ["a", "b"],
+                "source": "保守日誌",
+                "text": "点検した。",
+                "extra": 1,
+            },
+            {"id": "note-2", "text": "日付なし。"},
+        ),
+    )
+    return root
+
+
+@pytest.mark.parametrize(
+    ("heading", "slug"),
+    [
+        pytest.param("灯器の日常点検（月例）", "灯器の日常点検月例", id="cjk-punctuation-dropped"),
+        pytest.param("Step 2: Replace the LAMP!", "step-2-replace-the-lamp", id="ascii"),
+        pytest.param("ＦＵＬＬ　ｗｉｄｔｈ", "full-width", id="nfkc"),
+        pytest.param("a  -  b", "a-b", id="hyphen-runs-collapse"),
+        pytest.param("カタカナ・ひらがな ー", "カタカナひらがな-ー", id="kana-kept"),
+        pytest.param("!!!", "section", id="only-punctuation"),
+    ],
+)
+def test_slugify(heading: str, slug: str) -> None:
+    assert slugify(heading) == slug
+
+
+def test_markdown_sections_ids_titles_and_lines(corpus: Path) -> None:
+    loaded = load_corpus(corpus, ApproxTokenCounter())
+    md = [s for s in loaded.sections if s.file == "manual/operations.md"]
+    assert [(s.id, s.title, s.line) for s in md] == [
+        ("manual/operations#_preamble", "", 1),
+        ("manual/operations#operations", "運用マニュアル", 3),
+        ("manual/operations#lamp-daily-check", "運用マニュアル > 灯器の日常点検", 7),
+        ("manual/operations#記録様式-m-1", "運用マニュアル > 記録（様式 M-1）", 11),
+        (
+            "manual/operations#記録様式-m-1-2",
+            "運用マニュアル > 記録（様式 M-1） > 記録（様式 M-1）",
+            19,
+        ),
+        (
+            "manual/operations#step-2-replace-the-lamp",
+            "運用マニュアル > Step 2: Replace the LAMP!",
+            23,
+        ),
+        ("manual/operations#最後", "運用マニュアル > 最後", 29),
+    ]
+    fenced = md[3]
+    assert "# これは見出しではない" in fenced.text  # a heading inside a code fence is text
+    assert md[2].text == "毎日点検する。"
+
+
+def test_txt_paragraphs_and_jsonl_records(corpus: Path) -> None:
+    loaded = load_corpus(corpus, ApproxTokenCounter())
+    by_id = {s.id: s for s in loaded.sections}
+    assert by_id["notes/log#p1"].text == "一段落目の\n二行目。"
+    assert by_id["notes/log#p2"].line == 5
+    note = by_id["note-1"]
+    assert (note.title, note.date, note.tags, note.source, note.line) == (
+        "灯台の点検",
+        dt.date(2025, 1, 3),
+        ("a", "b"),
+        "保守日誌",
+        1,
+    )
+    assert (by_id["note-2"].date, by_id["note-2"].title) == (None, "")
+    # corpus order: files sorted by relative path, sections in file order
+    assert [s.order for s in loaded.sections] == list(range(len(loaded.sections)))
+    assert [s.file for s in loaded.sections] == sorted(s.file for s in loaded.sections)
+    assert loaded.skipped == ()
+
+
+def test_ids_are_stable_across_reloads_and_unrelated_edits(corpus: Path) -> None:
+    first = load_corpus(corpus, ApproxTokenCounter())
+    again = load_corpus(corpus, ApproxTokenCounter())
+    assert [s.id for s in first.sections] == [s.id for s in again.sections]
+    assert first.corpus_hash == again.corpus_hash
+    path = corpus / "manual/operations.md"
+    path.write_text(MANUAL.replace("毎日点検する。", "毎日、朝に点検する。"), encoding="utf-8")
+    edited = load_corpus(corpus, ApproxTokenCounter())
+    assert [s.id for s in edited.sections] == [s.id for s in first.sections]
+    assert edited.corpus_hash != first.corpus_hash
+    changed = {f.path for f in edited.files} - {
+        f.path for f in edited.files if f in set(first.files)
+    }
+    assert changed == {"manual/operations.md"}
+
+
+@pytest.mark.parametrize(
+    ("rel", "content", "line", "fragment"),
+    [
+        pytest.param("empty.md", "  \n\n", 0, "empty file", id="empty"),
+        pytest.param("blob.txt", b"\x89PNG\r\n\x1a\n\x00\x00", 0, "binary", id="binary"),
+        pytest.param("sjis.txt", "一行目\n灯台".encode("shift_jis"), 1, "not UTF-8", id="non-utf8"),
+        pytest.param("image.pdf", b"%PDF-1.4", 0, "unsupported file type '.pdf'", id="pdf"),
+        pytest.param("only-headings.md", "# A\n## B\n", 0, "no section text", id="headings"),
+        pytest.param(
+            "bad.jsonl",
+            '{"id": "x", "text": "ok"}\n{"id": "y", "text": \n',
+            2,
+            "invalid JSON",
+            id="invalid-json",
+        ),
+        pytest.param("bad.jsonl", '{"id": "x"}\n', 1, "text: Field required", id="no-text"),
+        pytest.param("bad.jsonl", '{"text": "t"}\n', 1, "id: Field required", id="no-id"),
+        pytest.param("bad.jsonl", '["a"]\n', 1, "expected a JSON object", id="not-object"),
+        pytest.param(
+            "bad.jsonl",
+            '{"id": "x", "text": "t", "date": "2025/01/02"}\n',
+            1,
+            "date",
+            id="date-format",
+        ),
+        pytest.param(
+            "bad.jsonl",
+            '{"id": "x", "text": "t", "date": "2025-02-30"}\n',
+            1,
+            "date",
+            id="impossible-date",
+        ),
+        pytest.param("bad.jsonl", '{"id": "x", "text": "   "}\n', 1, "text", id="blank-text"),
+    ],
+)
+def test_bad_inputs_are_skipped_with_file_line_and_reason(
+    corpus: Path, rel: str, content: str | bytes, line: int, fragment: str
+) -> None:
+    write(corpus, rel, content)
+    loaded = load_corpus(corpus, ApproxTokenCounter())
+    assert len(loaded.skipped) == 1
+    skipped = loaded.skipped[0]
+    assert (skipped.file, skipped.line) == (rel, line)
+    assert fragment in skipped.reason
+    assert len(loaded.sections) >= 11  # the rest is still indexed
+    assert rel in {f.path for f in loaded.files}  # and the file is part of the corpus hash
+
+
+def test_duplicate_ids_keep_the_first_and_name_it(corpus: Path) -> None:
+    write(corpus, "z.jsonl", jsonl({"id": "note-1", "text": "二番目"}))
+    write(corpus, "dup.md", "# A {#same}\n\n本文1\n\n# B {#same}\n\n本文2\n")
+    loaded = load_corpus(corpus, ApproxTokenCounter())
+    reasons = {(s.file, s.line): s.reason for s in loaded.skipped}
+    assert reasons == {
+        ("z.jsonl", 1): "duplicate section id 'note-1' (first at notes/maintenance.jsonl:1)",
+        ("dup.md", 5): "duplicate section id 'dup#same' (first at dup.md:1)",
+    }
+    assert next(s for s in loaded.sections if s.id == "note-1").text == "点検した。"
+
+
+def test_hidden_files_are_not_corpus(corpus: Path) -> None:
+    write(corpus, ".git/config", "[core]")
+    write(corpus, ".DS_Store", b"\x00\x01")
+    loaded = load_corpus(corpus, ApproxTokenCounter())
+    assert not any(f.path.startswith(".") for f in loaded.files)
+    assert loaded.skipped == ()
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param({}, id="no-files"),
+        pytest.param({"a.md": "", "b.jsonl": "{bad\n"}, id="only-bad-files"),
+    ],
+)
+def test_a_corpus_without_sections_is_an_error(tmp_path: Path, files: dict[str, str]) -> None:
+    for rel, content in files.items():
+        write(tmp_path, rel, content)
+    with pytest.raises(CorpusError, match="has no sections"):
+        load_corpus(tmp_path, ApproxTokenCounter())
+
+
+def test_missing_corpus_dir_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_corpus(tmp_path / "nope", ApproxTokenCounter())
+
+
+def test_approx_counts_are_utf8_bytes_over_3_and_labelled(corpus: Path) -> None:
+    counter = ApproxTokenCounter()
+    assert counter.count(["点検した。", "abcd", ""]) == [5, 2, 0]  # 15 bytes, 4 bytes, 0
+    assert counter.info.method == "approx"
+    loaded = load_corpus(corpus, counter)
+    note = next(s for s in loaded.sections if s.id == "note-1")
+    assert note.token_count == 5
+
+
+@pytest.fixture
+def word_tokenizer_dir(tmp_path: Path) -> Path:
+    """A real tokenizer.json: whitespace words, a tiny vocabulary with [UNK]."""
+    vocab = {"[UNK]": 0, "灯台": 1, "の": 2, "点検": 3}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    out = tmp_path / "model"
+    out.mkdir()
+    tok.save(str(out / "tokenizer.json"))
+    return out
+
+
+def test_local_tokenizer_counts_with_tokenizer_json(word_tokenizer_dir: Path) -> None:
+    counter = get_token_counter(word_tokenizer_dir, None)
+    assert isinstance(counter, LocalTokenCounter)
+    assert counter.count(["灯台 の 点検", "未知 の 語 です", ""]) == [3, 4, 0]
+    assert counter.info.method == "tokenizer"
+    assert len(counter.info.fingerprint or "") == 64
+
+
+@pytest.mark.parametrize(
+    ("tokenizer_dir", "server", "fragment"),
+    [
+        pytest.param("empty", None, "no tokenizer.json", id="dir-without-tokenizer"),
+        pytest.param("empty", "http://127.0.0.1:9", "pass one", id="both"),
+    ],
+)
+def test_token_counter_flag_errors(
+    tmp_path: Path, tokenizer_dir: str, server: str | None, fragment: str
+) -> None:
+    (tmp_path / tokenizer_dir).mkdir()
+    with pytest.raises(ConfigError, match=fragment):
+        get_token_counter(tmp_path / tokenizer_dir, server)
+
+
+@pytest.mark.vllm
+def test_server_counts_equal_the_local_tokenizer(
+    vllm_dense_server: VllmServer, dense_model_dir: Path
+) -> None:
+    texts = ["神崎灯台の主灯断の警報が出ました。", "LED lantern LX-300", "灯"]
+    server = ServerTokenCounter(vllm_dense_server.base_url)
+    try:
+        assert server.count(texts) == LocalTokenCounter(dense_model_dir).count(texts)
+        assert server.info.method == "server"
+    finally:
+        server.close()
