@@ -424,3 +424,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def ensure_tokenizer(root: Path, cache_dir: Path) -> Path:
+    """The tokenizer trained on `root`'s corpora/, cached under `cache_dir` by the text's hash."""
+    texts = corpus_texts(root)
+    digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:16]
+    out_dir = cache_dir / f"tokenizer-{digest}"
+    if not (out_dir / "tokenizer_config.json").is_file():
+        train_tokenizer(texts, out_dir)
+    return out_dir

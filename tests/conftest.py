@@ -10,7 +10,6 @@ running pytest (override with ``RESIDENCY_VLLM_PYTHON``); tests that need one ca
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import sys
@@ -23,13 +22,11 @@ import pytest
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
 
 from residency.tiny_model import (
-    BUILD_FORMAT_VERSION,
     DENSE_SPEC,
     HYBRID_SPEC,
     TinyModelSpec,
     build_tiny_model,
-    corpus_texts,
-    train_tokenizer,
+    ensure_tokenizer,
 )
 
 # Everything in this process and the servers it starts stays offline.
@@ -74,13 +71,7 @@ def _require_vllm() -> None:
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir() -> Path:
     """A byte-level BPE tokenizer trained on corpora/, cached by the corpus text's hash."""
-    texts = corpus_texts(REPO_ROOT)
-    key = f"{BUILD_FORMAT_VERSION}\0" + "\0".join(texts)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    out_dir = CACHE_DIR / f"tokenizer-{digest}"
-    if not (out_dir / "tokenizer_config.json").is_file():
-        train_tokenizer(texts, out_dir)
-    return out_dir
+    return ensure_tokenizer(REPO_ROOT, CACHE_DIR)
 
 
 def _build(spec: TinyModelSpec, name: str, tokenizer_dir: Path) -> Path:

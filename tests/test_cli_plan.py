@@ -22,8 +22,12 @@ REQUIRED_KEYS = {
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The capacity part only (`--capacity-only`): residency planning has its own tests."""
     return subprocess.run(
-        [sys.executable, "-m", "residency", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "residency", *args, "--capacity-only"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

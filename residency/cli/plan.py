@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from planner import Reserves
@@ -18,10 +28,13 @@ from residency.capacity_report import (
     CapacityRequest,
     build_capacity_report,
 )
+from residency.planning.plan_model import ResidencyPlan, write_plan
+from residency.planning.run import PlanJob, run_plan
 
 _HOST = "Host (pick one: --profile, --gpu auto, --kv-cache-memory-bytes, --server)"
 _VLLM = "vLLM flags"
 _RESERVE = "Per-request reserves"
+_PLAN = "Residency"
 
 
 def plan(
@@ -103,9 +116,66 @@ def plan(
     concurrency: Annotated[
         int, typer.Option(help="Requests served at the same time.", rich_help_panel=_RESERVE)
     ] = 1,
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            help="Index from `residency index` (default: the sample corpus's, built "
+            "under .cache/ on first use).",
+            rich_help_panel=_PLAN,
+        ),
+    ] = None,
+    log: Annotated[
+        Path | None,
+        typer.Option(
+            help="Query log (jsonl: query, count, ts); none: density-only planning. "
+            "Default with the sample corpus: its queries.jsonl.",
+            rich_help_panel=_PLAN,
+        ),
+    ] = None,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Where plan.json goes (written atomically).",
+            rich_help_panel=_PLAN,
+        ),
+    ] = Path("plan.json"),
+    pin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Section id that is always resident (repeatable).", rich_help_panel=_PLAN
+        ),
+    ] = None,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(help="Section id that is never resident (repeatable).", rich_help_panel=_PLAN),
+    ] = None,
+    strategy: Annotated[
+        str,
+        typer.Option(
+            help="planner, or a baseline: frequency, density, random, cag, rag.",
+            rich_help_panel=_PLAN,
+        ),
+    ] = "planner",
+    tokenizer_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Local tokenizer (tokenizer.json) of the served model for prefix "
+            "tokens; --server uses the server's.",
+            rich_help_panel=_PLAN,
+        ),
+    ] = None,
+    capacity_only: Annotated[
+        bool,
+        typer.Option(
+            help="Only the capacity and budget; no residency plan.", rich_help_panel=_PLAN
+        ),
+    ] = False,
     json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Measure the host's KV-cache capacity and derive the resident prefix budget."""
+    """Measure the host's KV-cache capacity, derive the resident budget, and choose the resident
+    sections (plan.json)."""
     if gpu not in (None, "auto"):
         raise typer.BadParameter(f"only 'auto' is accepted, got {gpu!r}", param_hint="--gpu")
     request = CapacityRequest.model_validate(
@@ -134,11 +204,98 @@ def plan(
             ),
         )
     )
-    report = build_capacity_report(request)
+    if capacity_only:
+        report = build_capacity_report(request)
+        if json:
+            typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        else:
+            render(report, Console())
+        return
+    if strategy not in STRATEGIES:
+        raise typer.BadParameter(f"one of {', '.join(STRATEGIES)}", param_hint="--strategy")
+    job = PlanJob(
+        capacity=request,
+        index_dir=index,
+        log=log,
+        tokenizer_dir=tokenizer_dir,
+        strategy=strategy,  # type: ignore[arg-type]
+        pins=tuple(pin or ()),
+        excludes=tuple(exclude or ()),
+    )
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        report, plan = run_plan(job, _BarProgress(bar))
+    write_plan(plan, output)
+    for warning in job.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
     if json:
-        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-    else:
-        render(report, Console())
+        body = report.model_dump(mode="json")
+        body["plan_path"] = str(output)
+        body["plan"] = plan.model_dump(mode="json", exclude={"prefix": {"text"}})
+        typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2))
+        return
+    console = Console()
+    render(report, console)
+    render_plan(plan, output, console)
+
+
+STRATEGIES = ("planner", "frequency", "density", "random", "cag", "rag")
+
+
+class _BarProgress:
+    """BuildProgress as a rich progress bar (index build of the sample corpus)."""
+
+    def __init__(self, bar: Progress) -> None:
+        self._bar = bar
+        self._task: TaskID | None = None
+
+    def start(self, description: str, total: int) -> None:
+        self._task = self._bar.add_task(description, total=total)
+
+    def advance(self, steps: int) -> None:
+        if self._task is not None:
+            self._bar.advance(self._task, steps)
+
+
+def render_plan(plan: ResidencyPlan, path: Path, console: Console) -> None:
+    """The resident set, the prefix and the predicted coverage."""
+    table = Table(
+        title=f"Resident sections ({plan.strategy}, {plan.selection_method})", title_justify="left"
+    )
+    table.add_column("id", max_width=48, overflow="ellipsis", no_wrap=True)
+    table.add_column("tokens", justify="right")
+    table.add_column("p(s)", justify="right")
+    table.add_column("freq", justify="right")
+    shown = sorted(plan.resident, key=lambda r: -r.probability)[:15]
+    for item in shown:
+        table.add_row(
+            item.id + (" (pinned)" if item.pinned else ""),
+            f"{item.tokens:,}",
+            f"{item.probability:.3f}",
+            f"{item.frequency:.3f}",
+        )
+    if len(plan.resident) > len(shown):
+        table.add_row(f"... {len(plan.resident) - len(shown)} more", "", "", "")
+    console.print(table)
+    cov, pre = plan.coverage, plan.prefix
+    console.print(
+        f"[bold]{cov.resident_sections} of {cov.total_sections} sections resident[/]: prefix "
+        f"{pre.token_count:,} of {plan.capacity.resident_budget_tokens:,} tokens "
+        f"({cov.budget_used:.0%})"
+        + (f", padded {pre.pad_tokens} to a {pre.aligned_to}-token block" if pre.aligned_to else "")
+        + f"; predicted share of questions answered from the prefix: {cov.resident_share:.1%}"
+    )
+    console.print(
+        f"prefix {pre.hash[:23]}… ({pre.hash_of}, {pre.tokenizer}); "
+        f"log: {plan.log.total_count} questions; written to {path}"
+    )
 
 
 def _gib(n: int) -> str:

@@ -1,0 +1,1 @@
+"""Residency planning: score sections from traffic, select the resident set, render the prefix."""

@@ -1,0 +1,135 @@
+"""plan.json: what is resident, why, and the exact prefix the router and `warm` send."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from residency.atomic import write_bytes_atomic
+from residency.errors import ConfigError
+
+Strategy = Literal["planner", "frequency", "density", "random", "cag", "rag"]
+PLAN_FORMAT_VERSION = 1
+
+
+class CapacitySnapshot(BaseModel):
+    """The capacity numbers the budget came from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="Model profile, path or served model.")
+    host: str = Field(description="GPU profile, live GPU, server URL or explicit KV bytes.")
+    max_model_len: int = Field(ge=1, description="--max-model-len.")
+    kv_cache_tokens: int = Field(ge=0, description="KV-cache tokens (vLLM kv_cache_size_tokens).")
+    block_size: int = Field(ge=1, description="Attention block size, tokens.")
+    is_hybrid: bool = Field(description="Gated DeltaNet layers present (align mode).")
+    resident_budget_tokens: int = Field(ge=1, description="Tokens the prefix may take.")
+    binding_constraint: str = Field(description="max_model_len or kv_cache.")
+    reasoning: str = Field(description="Why the budget is what it is.")
+
+
+class ResidentItem(BaseModel):
+    """One resident section (or part of a section split at chunk boundaries)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1, description="Section id, or 'section::partN' for a part.")
+    section_id: str = Field(min_length=1, description="The section it comes from.")
+    chunk_ids: tuple[str, ...] = Field(description="Chunks it covers (for routing).")
+    tokens: int = Field(ge=0, description="Tokens it takes in the rendered prefix.")
+    probability: float = Field(ge=0, le=1, description="p(s): evidence probability share.")
+    frequency: float = Field(ge=0, le=1, description="Share of logged query mass.")
+    density: float = Field(ge=0, description="p(s) per token.")
+    pinned: bool = Field(description="Forced resident by --pin.")
+
+
+class PrefixInfo(BaseModel):
+    """The rendered prefix (system-message content) and its proof of identity."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str = Field(description="Exactly what the router sends as the system message.")
+    token_count: int = Field(ge=0, description="Tokens of `text` (no special tokens).")
+    hash: str = Field(description="sha256 of the token ids (or of the text, see hash_of).")
+    hash_of: Literal["token_ids", "text"] = Field(description="What `hash` covers.")
+    tokenizer: str = Field(description="Tokenizer the ids and counts come from.")
+    pad_tokens: int = Field(ge=0, description="Filler tokens added to reach a block boundary.")
+    aligned_to: int | None = Field(default=None, description="Block size it ends on, if any.")
+
+
+class Coverage(BaseModel):
+    """What the plan predicts for the next questions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    resident_share: float = Field(
+        ge=0,
+        le=1,
+        description="Sum of p(s) over resident items: expected share of questions "
+        "whose evidence is in the prefix.",
+    )
+    resident_sections: int = Field(ge=0, description="Sections wholly or partly resident.")
+    total_sections: int = Field(ge=0, description="Sections in the index.")
+    budget_used: float = Field(ge=0, description="Prefix tokens / budget.")
+
+
+class LogSummary(BaseModel):
+    """The query log the frequencies came from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str | None = Field(description="--log path, or None (density-only planning).")
+    entries: int = Field(ge=0, description="Parsed lines.")
+    total_count: int = Field(ge=0, description="Questions counting repeats.")
+    skipped: int = Field(ge=0, description="Lines skipped as malformed.")
+
+
+class ResidencyPlan(BaseModel):
+    """The whole plan, as written to plan.json."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: Literal[1] = Field(default=1, description="plan.json layout version.")
+    created_at: dt.datetime = Field(description="When the plan was made (UTC).")
+    strategy: Strategy = Field(description="How residency was chosen.")
+    index_dir: str = Field(description="The index the plan was made from.")
+    corpus_hash: str = Field(description="The index's corpus hash.")
+    capacity: CapacitySnapshot = Field(description="Budget and where it came from.")
+    log: LogSummary = Field(description="The query log used.")
+    selection_method: str = Field(description="dp, greedy, or the baseline's ordering.")
+    optimality_gap_bound: float = Field(ge=0, description="Dantzig bound on lost p(s).")
+    resident: tuple[ResidentItem, ...] = Field(description="In prefix order.")
+    long_tail_section_ids: tuple[str, ...] = Field(description="Sections left to retrieval.")
+    prefix: PrefixInfo = Field(description="The exact prefix.")
+    coverage: Coverage = Field(description="Predicted coverage.")
+
+    def resident_chunk_ids(self) -> frozenset[str]:
+        """Chunk ids inside the prefix (what routing treats as resident)."""
+        return frozenset(c for item in self.resident for c in item.chunk_ids)
+
+
+def write_plan(plan: ResidencyPlan, path: Path) -> None:
+    """Write plan.json atomically (temp file + rename)."""
+    data = orjson.dumps(plan.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+    write_bytes_atomic(path, data + b"\n")
+
+
+def read_plan(path: Path) -> ResidencyPlan:
+    """Read and validate plan.json; `ConfigError` names the file and the first problem."""
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(f"--plan {path}: cannot read it ({exc.strerror})") from None
+    except orjson.JSONDecodeError:
+        raise ConfigError(f"--plan {path}: not valid JSON") from None
+    try:
+        return ResidencyPlan.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(
+            f"--plan {path}: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+        ) from None

@@ -1,0 +1,170 @@
+"""The resident prefix exactly as the router sends it: instructions, then the resident sections in
+canonical order, each under its id. Its token ids are hashed so `warm` and the router can prove
+they send the same bytes and tokens; for hybrid models it is padded to an attention-block boundary
+(only whole blocks are cached, and align mode checkpoints GDN state at block boundaries).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from residency.corpus.model import Section
+from residency.errors import ConfigError
+from residency.vllm_client import VllmClient
+
+DEFAULT_INSTRUCTIONS = (
+    "あなたは以下の参照文書だけに基づいて答えるアシスタントです。"
+    "文書に答えが書かれていない場合は、推測せずに「文書には記載がありません」と明言してください。"
+    "答えの根拠にした文書の id を示してください。\n"
+    "Answer only from the reference documents below. If they do not contain the answer, say "
+    "plainly that the documents do not state it; do not guess. Cite the ids you used."
+)
+# Fillers appended after a marker line to reach a block boundary; the first whose count fits wins.
+PAD_HEADER = "\n\n<!-- padding -->\n"
+PAD_UNITS: tuple[str, ...] = ("- ", "-", ". ", "x ", "・")
+
+
+def render_section(section: Section) -> str:
+    """One section as it appears in prompts (resident prefix and retrieved chunks alike)."""
+    head = f"[id: {section.id}]"
+    if section.title:
+        head += f" {section.title}"
+    if section.date is not None:
+        head += f" [日付: {section.date.isoformat()}]"
+    return f"{head}\n{section.text.strip()}"
+
+
+def render_prefix(instructions: str, sections: Sequence[Section]) -> str:
+    """The system-message content: instructions, then each section separated by a blank line."""
+    parts = [instructions.strip(), "# 参照文書 / Reference documents"]
+    parts += [render_section(s) for s in sections]
+    return "\n\n".join(parts) + "\n"
+
+
+class PrefixEncoder(Protocol):
+    """Turns prefix text into the served model's token ids (None when only approximate)."""
+
+    name: str
+
+    def encode(self, text: str) -> list[int] | None:
+        """Token ids without special tokens, or None if this encoder cannot produce ids."""
+        ...
+
+    def count(self, text: str) -> int:
+        """Token count of the text."""
+        ...
+
+
+class LocalPrefixEncoder:
+    """A local `tokenizer.json` (the `tokenizers` library)."""
+
+    def __init__(self, directory: Path) -> None:
+        from tokenizers import Tokenizer
+
+        path = directory / "tokenizer.json" if directory.is_dir() else directory
+        if not path.is_file():
+            raise ConfigError(f"--tokenizer-dir {directory}: no tokenizer.json there")
+        self._tokenizer = Tokenizer.from_file(str(path))
+        self.name = f"tokenizer:{directory}"
+
+    def encode(self, text: str) -> list[int] | None:
+        """Token ids without special tokens."""
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def count(self, text: str) -> int:
+        """Number of token ids."""
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+class ServerPrefixEncoder:
+    """A running vLLM's `/tokenize`: exactly the server's tokenizer."""
+
+    def __init__(self, base_url: str) -> None:
+        self._client = VllmClient(base_url, timeout_s=60.0)
+        self._model = self._client.models()[0].id
+        self.name = f"server:{self._client.base_url} ({self._model})"
+
+    def encode(self, text: str) -> list[int] | None:
+        """Token ids as the server tokenizes them."""
+        return self._client.tokenize(text, model=self._model)
+
+    def count(self, text: str) -> int:
+        """Number of token ids."""
+        return len(self._client.tokenize(text, model=self._model))
+
+
+class ApproxPrefixEncoder:
+    """No tokenizer: ceil(UTF-8 bytes / 3) tokens and no ids (the plan says so)."""
+
+    name = "approx: ceil(utf-8 bytes / 3)"
+
+    def encode(self, text: str) -> list[int] | None:
+        """No ids without a tokenizer."""
+        return None
+
+    def count(self, text: str) -> int:
+        """Approximate count."""
+        return -(-len(text.encode("utf-8")) // 3)
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedPrefix:
+    """The prefix text, its tokens and hash, and how it was aligned."""
+
+    text: str
+    token_count: int
+    prefix_hash: str  # sha256 of the token ids (or of the UTF-8 text without a tokenizer)
+    hash_of: str  # "token_ids" or "text"
+    pad_tokens: int
+    aligned_to: int | None  # the block size the prefix ends on, or None
+
+
+def hash_token_ids(ids: Sequence[int]) -> str:
+    """sha256 over the ids as little-endian uint32 — what warm recomputes via /tokenize."""
+    digest = hashlib.sha256()
+    for token in ids:
+        digest.update(int(token).to_bytes(4, "little"))
+    return "sha256:" + digest.hexdigest()
+
+
+def finalize_prefix(text: str, encoder: PrefixEncoder, align_to: int | None) -> RenderedPrefix:
+    """Tokenize, pad to a multiple of `align_to` tokens when asked, and hash."""
+    count = encoder.count(text)
+    padded, pad = text, 0
+    if align_to and count % align_to:
+        padded, count = _pad_to_multiple(text, encoder, align_to)
+        pad = count - encoder.count(text)
+    ids = encoder.encode(padded)
+    if ids is None:
+        digest = "sha256:" + hashlib.sha256(padded.encode("utf-8")).hexdigest()
+        return RenderedPrefix(padded, count, digest, "text", pad, align_to)
+    return RenderedPrefix(padded, len(ids), hash_token_ids(ids), "token_ids", pad, align_to)
+
+
+def _pad_to_multiple(text: str, encoder: PrefixEncoder, block: int) -> tuple[str, int]:
+    """Append filler until the token count is a multiple of `block`.
+
+    The filler follows a fixed header line, so it starts a new pre-token and its tokens add to
+    the text's; candidate fillers are counted alone (cheap) and the winner is verified on the
+    whole prefix, since BPE merges can make a suffix's count depend on what precedes it.
+    """
+    base = text + PAD_HEADER
+    base_count = encoder.count(base)
+    need = -base_count % block
+    for unit in PAD_UNITS:
+        for repeat in range(0, 2 * need + 2):
+            pad = unit * repeat
+            if encoder.count(pad) != need:
+                continue
+            candidate = base + pad
+            count = encoder.count(candidate)
+            if count % block == 0:
+                return candidate, count
+    raise ConfigError(
+        f"cannot pad the prefix to a multiple of {block} tokens with this tokenizer; "
+        "pass the served model's tokenizer (--tokenizer-dir or --server)"
+    )

@@ -1,0 +1,134 @@
+"""`residency plan` end to end: capacity, index, log, tokenizer, selection, plan.json.
+
+The built-in default (no --index, no --corpus) plans the project's sample corpus
+(`corpora/harbor-lights`) with its query log; its index is built on first use under `.cache/`
+and reused, and token counts come from the project's tiny tokenizer trained on that corpus.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from residency.capacity_report import CapacityReport, CapacityRequest, build_capacity_report
+from residency.errors import ConfigError
+from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
+from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.plan_model import CapacitySnapshot, LogSummary, ResidencyPlan, Strategy
+from residency.planning.prefix import (
+    ApproxPrefixEncoder,
+    LocalPrefixEncoder,
+    PrefixEncoder,
+    ServerPrefixEncoder,
+)
+from residency.query_log import LogRead, read_query_log
+from residency.tiny_model import ensure_tokenizer
+from residency.token_count import LocalTokenCounter
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+SAMPLE_CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
+SAMPLE_LOG = REPO_ROOT / "corpora" / "harbor-lights" / "queries.jsonl"
+CACHE_DIR = REPO_ROOT / ".cache"
+
+
+@dataclass(frozen=True)
+class PlanJob:
+    """What `residency plan` was asked beyond the capacity flags."""
+
+    capacity: CapacityRequest
+    index_dir: Path | None = None
+    log: Path | None = None
+    tokenizer_dir: Path | None = None
+    strategy: Strategy = "planner"
+    pins: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+    seed: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+def snapshot(report: CapacityReport) -> CapacitySnapshot:
+    """The capacity numbers a plan records."""
+    inputs = report.inputs
+    host = inputs.gpu or inputs.server or "--kv-cache-memory-bytes"
+    return CapacitySnapshot(
+        model=inputs.model,
+        host=host,
+        max_model_len=inputs.settings.max_model_len,
+        kv_cache_tokens=report.kv_cache_tokens,
+        block_size=report.block_size,
+        is_hybrid=inputs.linear_attention_layers > 0,
+        resident_budget_tokens=report.resident_budget_tokens,
+        binding_constraint=report.binding_constraint,
+        reasoning=report.reasoning,
+    )
+
+
+def sample_index(progress: BuildProgress | None) -> Index:
+    """The sample corpus's index under .cache/, built on first use (dense + BM25)."""
+    index_dir = CACHE_DIR / "sample-index"
+    tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
+    manifest_ok = (index_dir / "manifest.json").is_file()
+    if not manifest_ok:
+        build_index(
+            SAMPLE_CORPUS, index_dir, IndexOptions(), LocalTokenCounter(tokenizer_dir), progress
+        )
+    return open_index(index_dir)
+
+
+def encoder_for(job: PlanJob, index: Index, sample: bool) -> PrefixEncoder:
+    """The tokenizer the prefix is counted and hashed with."""
+    if job.capacity.server:
+        return ServerPrefixEncoder(job.capacity.server)
+    if job.tokenizer_dir is not None:
+        return LocalPrefixEncoder(job.tokenizer_dir)
+    if sample:
+        return LocalPrefixEncoder(ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models"))
+    if index.manifest.token_count.method == "tokenizer":
+        return LocalPrefixEncoder(Path(index.manifest.token_count.name))
+    job.warnings.append(
+        "no tokenizer: prefix tokens are approximate (pass --tokenizer-dir or --server)"
+    )
+    return ApproxPrefixEncoder()
+
+
+def read_log(job: PlanJob, sample: bool) -> LogRead | None:
+    """The query log, or None (density-only planning, with a warning)."""
+    path = job.log or (SAMPLE_LOG if sample else None)
+    if path is None:
+        job.warnings.append("no --log: density-only planning (every section equally likely)")
+        return None
+    if not path.exists():
+        raise ConfigError(f"--log {path}: no such file")
+    log = read_query_log(path)
+    if not log.entries:
+        job.warnings.append(f"--log {path} holds no usable line: density-only planning")
+    for line in log.skipped[:5]:
+        job.warnings.append(f"skipped {line}")
+    return log
+
+
+def run_plan(
+    job: PlanJob, progress: BuildProgress | None = None
+) -> tuple[CapacityReport, ResidencyPlan]:
+    """Capacity, then residency: the plan for `job` (not yet written)."""
+    report = build_capacity_report(job.capacity)
+    sample = job.index_dir is None
+    index = sample_index(progress) if sample else open_index(job.index_dir)  # type: ignore[arg-type]
+    log = read_log(job, sample)
+    entries = log.entries if log else ()
+    mass = log_mass(index, entries) if entries else {}
+    summary = LogSummary(
+        path=str(job.log or (SAMPLE_LOG if sample else "")) or None,
+        entries=len(entries),
+        total_count=log.total_count if log else 0,
+        skipped=len(log.skipped) if log else 0,
+    )
+    options = PlanOptions(
+        strategy=job.strategy,
+        pins=job.pins,
+        excludes=job.excludes,
+        seed=job.seed,
+        log_summary=summary,
+    )
+    plan = build_plan(index, mass, snapshot(report), encoder_for(job, index, sample), options)
+    return report, plan

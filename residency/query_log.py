@@ -1,0 +1,68 @@
+"""The query log: one JSON object per line, appended by the router, read by the planner.
+
+A line needs `query`; `count` (default 1) and `ts` are optional, and the router's extra fields
+(route, retrieved ids, cached tokens, timings) are kept out of the planner's way. Reading skips
+bad lines and reports each one with its line number: a log written by a crashed process may end
+in a torn line, and earlier lines must still count.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from residency.atomic import append_line
+from residency.errors import CorpusError
+
+
+class LogEntry(BaseModel):
+    """One logged question (extra router fields are ignored when reading)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    query: str = Field(min_length=1, max_length=100_000, description="The user's question.")
+    count: int = Field(default=1, ge=1, le=10**9, description="Times this question was asked.")
+    ts: dt.datetime | None = Field(default=None, description="When it was (last) asked.")
+
+
+class LogRead(BaseModel):
+    """The usable entries of a log and the lines that were skipped."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    entries: tuple[LogEntry, ...] = Field(description="Parsed entries, in file order.")
+    skipped: tuple[str, ...] = Field(description="'file:line: reason' for every skipped line.")
+
+    @property
+    def total_count(self) -> int:
+        """Questions in the log, counting repeats."""
+        return sum(e.count for e in self.entries)
+
+
+def read_query_log(path: Path) -> LogRead:
+    """Parse a query log; a missing file is a `CorpusError`, bad lines are listed as skipped."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CorpusError(f"--log {path}: cannot read it ({exc.strerror})") from None
+    entries: list[LogEntry] = []
+    skipped: list[str] = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(LogEntry.model_validate(orjson.loads(line)))
+        except orjson.JSONDecodeError:
+            skipped.append(f"{path}:{number}: not valid JSON")
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            skipped.append(f"{path}:{number}: {'.'.join(map(str, err['loc']))}: {err['msg']}")
+    return LogRead(entries=tuple(entries), skipped=tuple(skipped))
+
+
+def append_log_record(path: Path, record: BaseModel) -> None:
+    """Append one record as a single line (O_APPEND: concurrent writers never interleave)."""
+    append_line(path, orjson.dumps(record.model_dump(mode="json", exclude_none=True)))
