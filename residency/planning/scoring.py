@@ -4,7 +4,9 @@ Definitions (the README repeats them):
 
 - **Query frequency** `freq(s)`: each logged query (with its count c) is retrieved over the whole
   corpus with the hybrid retriever and its mass c is split over the top `depth` sections with
-  weights proportional to 1/rank (rank-weighted attribution: 1, 1/2, 1/3 normalised). `freq(s)`
+  weights proportional to 1/rank^2 (rank-weighted attribution: 1, 1/4, 1/9 normalised, so the
+  top hit takes 73% at depth 3: retrieval misses still leave some mass on the runners-up
+  without a confident top hit being diluted). `freq(s)`
   is the share of all logged mass that lands on s (sums to 1 over sections).
 - **Evidence probability** `p(s)`: the probability that the evidence of the *next* question lies
   in s, the frequency smoothed toward a uniform prior over sections with `prior_weight`
@@ -47,8 +49,8 @@ def attribute_queries(
     search: Callable[[str, int], Sequence[str]],
     depth: int = DEFAULT_DEPTH,
 ) -> dict[str, float]:
-    """Split each entry's count over its top-`depth` sections with 1/rank weights."""
-    weights = [1.0 / r for r in range(1, depth + 1)]
+    """Split each entry's count over its top-`depth` sections with 1/rank^2 weights."""
+    weights = [1.0 / r**2 for r in range(1, depth + 1)]
     mass: dict[str, float] = {}
     for entry in entries:
         ids = list(search(entry.query, depth))[:depth]
