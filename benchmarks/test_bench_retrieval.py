@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import statistics
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 from conftest import REPO_ROOT, SYNTH_SEED, QaSet, cached_vectors, random_unit_vectors
 from numpy.typing import NDArray
 
+from residency.eval_retrieval import mean_metrics, question_metrics
 from residency.retrieval import (
     DEFAULT_WEIGHTS,
     BM25Retriever,
@@ -133,12 +133,13 @@ def test_dense_search_vector_100k_hnsw(
 def rank_metrics(
     lists: Sequence[Sequence[Hit] | Sequence[FusedHit]], gold: Sequence[str]
 ) -> dict[str, float]:
-    """Recall@{1,3,5,10} and MRR@10 with one gold id per query."""
-    ranks = []
-    for hits, g in zip(lists, gold, strict=True):
-        ranks.append(next((h.rank for h in hits if h.id == g), None))
-    out = {f"R@{c}": statistics.fmean(r is not None and r <= c for r in ranks) for c in CUTOFFS}
-    out["MRR@10"] = statistics.fmean(1 / r if r is not None and r <= 10 else 0.0 for r in ranks)
+    """Recall@{1,3,5,10} and MRR@10 with one gold id per query (residency.eval_retrieval)."""
+    rows = [
+        question_metrics([h.id for h in hits], {g}) for hits, g in zip(lists, gold, strict=True)
+    ]
+    means = mean_metrics(rows)
+    out = {f"R@{c}": means.value(f"R@{c}") for c in CUTOFFS}
+    out["MRR@10"] = means.value("MRR@10")
     return {name: round(value, 4) for name, value in out.items()}
 
 
