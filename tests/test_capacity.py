@@ -155,3 +155,38 @@ def test_default_host_budget_is_near_30k_tokens() -> None:
     assert plan.capacity_high is not None
     assert plan.capacity_low.kv_cache_tokens < plan.capacity.kv_cache_tokens
     assert plan.capacity.kv_cache_tokens < plan.capacity_high.kv_cache_tokens
+
+
+@pytest.mark.parametrize(
+    ("gpu", "requested", "kv_bytes", "num_blocks", "kv_tokens"),
+    [
+        # H100 SXM 80 GB: 85,520,809,984 B x 0.9 = 76,968,728,985; minus weights 16,060,522,496,
+        # activation 2048 x (2 x 14336 + 8 x 4096) x 2 B + 256 x 128256 x 4 B x 2 = 514,326,528,
+        # non-torch 200 MiB and CUDA graphs 256 MiB = 59,915,729,305 B -> // 2 MiB = 28,570
+        # blocks; a 32K request holds 2,048 blocks -> int(28570 / 2048 x 32768) = 457,120.
+        pytest.param("h100-80gb", 76_968_728_985, 59_915_729_305, 28_570, 457_120, id="h100"),
+        # RTX 4090: 25,757,220,864 x 0.9 = 23,181,498,777 -> 6,128,499,097 B -> 2,922 blocks.
+        pytest.param("rtx4090-24gb", 23_181_498_777, 6_128_499_097, 2_922, 46_752, id="rtx4090"),
+    ],
+)
+def test_gpu_profiles_llama31_8b_hand_computed(
+    gpu: str, requested: int, kv_bytes: int, num_blocks: int, kv_tokens: int
+) -> None:
+    from residency.profiles import load_gpu_profile
+
+    model = resolve_model("llama-3.1-8b-instruct")
+    assert model.weights_bytes == 16_060_522_496
+    memory = estimate_gpu_kv_memory(
+        total_memory_bytes=load_gpu_profile(gpu).total_memory_bytes,
+        gpu_memory_utilization=0.9,
+        weights_bytes=model.weights_bytes,
+        weights_source="profile",
+        model=model.spec,
+        max_num_batched_tokens=2048,
+        max_num_seqs=256,
+    )
+    assert memory.requested_memory_bytes == requested
+    assert memory.kv_cache_memory_bytes == kv_bytes
+    plan = plan_capacity(model.spec, CacheSettings(max_model_len=32768), memory, Reserves())
+    assert plan.capacity.num_blocks == num_blocks
+    assert plan.capacity.kv_cache_tokens == kv_tokens
