@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
@@ -325,10 +326,10 @@ def render(report: CapacityReport, console: Console) -> None:
     )
     if report.memory is not None:
         mem = Table(title="GPU memory", title_justify="left")
-        mem.add_column("term")
-        mem.add_column("GiB", justify="right")
-        mem.add_column("±", justify="right")
-        mem.add_column("source", max_width=50, no_wrap=True, overflow="ellipsis")
+        mem.add_column("term", min_width=22)
+        mem.add_column("GiB", justify="right", no_wrap=True)
+        mem.add_column("±", justify="right", no_wrap=True)
+        mem.add_column("source")
         mem.add_row(
             f"total x {report.memory.gpu_memory_utilization}",
             _gib(report.memory.requested_memory_bytes),
@@ -336,9 +337,8 @@ def render(report: CapacityReport, console: Console) -> None:
             "profile / NVML",
         )
         for term in report.memory.terms:
-            mem.add_row(
-                f"- {term.name}", _gib(term.bytes), _gib(term.uncertainty_bytes), term.source
-            )
+            source = textwrap.shorten(term.source, 60, placeholder=" …")
+            mem.add_row(f"- {term.name}", _gib(term.bytes), _gib(term.uncertainty_bytes), source)
         mem.add_row(
             "[bold]= KV cache[/]",
             _gib(report.memory.kv_cache_memory_bytes),
