@@ -3,9 +3,15 @@ retrieved long-tail chunks beside the resident prefix, and which ones?
 
 Retrieve over the whole corpus (resident chunks included: they compete on equal terms). When
 the best-ranked chunk is resident and no long-tail chunk ranks within `margin` places of it, the
-evidence is taken to be in the prefix: route "resident", nothing added. Otherwise route
-"long_tail": add the top `k` chunks that are not resident. `margin=0` trusts the top hit alone;
-a larger margin adds long-tail chunks more often (more recall, more prompt tokens).
+evidence is taken to be in the prefix: route "resident", and only the best `hedge` non-resident
+chunk(s) are added as a cheap insurance against a resident near-duplicate outranking the real
+evidence. Otherwise route "long_tail": add the top `k` chunks that are not resident. `margin=0`
+trusts the top hit alone; a larger margin adds long-tail chunks more often (more recall, more
+prompt tokens).
+
+Defaults measured on JSQuAD with Zipf traffic (`residency eval coverage --squad`, 5 seeds):
+margin 1 + hedge 1 gave coverage 0.989 at 611 added tokens per question, against 0.986 / 545
+without the hedge and 0.988 / 741 with margin 2; RAG-only top-5 adds 870.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 Route = Literal["resident", "long_tail"]
+DEFAULT_K = 5
+DEFAULT_MARGIN = 1
+DEFAULT_HEDGE = 1
 
 
 class ChunkHit(Protocol):
@@ -31,7 +40,7 @@ class RouteDecision:
     """What the router adds for one question."""
 
     route: Route
-    long_tail_chunk_ids: tuple[str, ...]  # best first; empty for route "resident"
+    long_tail_chunk_ids: tuple[str, ...]  # best first; at most `hedge` for route "resident"
     top_chunk_id: str | None
 
 
@@ -39,12 +48,13 @@ def decide_route(
     hits: Sequence[ChunkHit],
     resident_chunk_ids: Collection[str],
     *,
-    k: int = 5,
-    margin: int = 1,
+    k: int = DEFAULT_K,
+    margin: int = DEFAULT_MARGIN,
+    hedge: int = DEFAULT_HEDGE,
 ) -> RouteDecision:
     """Route one question from its fused chunk ranking (best first)."""
-    if k < 0 or margin < 0:
-        raise ValueError(f"k and margin must be >= 0, got k={k}, margin={margin}")
+    if k < 0 or margin < 0 or hedge < 0:
+        raise ValueError(f"k, margin and hedge must be >= 0, got {k}, {margin}, {hedge}")
     if not hits:
         return RouteDecision("long_tail", (), None)
     top = hits[0].id
@@ -54,5 +64,5 @@ def decide_route(
             (i for i, h in enumerate(hits) if h.id not in resident_chunk_ids), None
         )
         if first_long_tail_rank is None or first_long_tail_rank > margin:
-            return RouteDecision("resident", (), top)
+            return RouteDecision("resident", tuple(long_tail[: min(hedge, k)]), top)
     return RouteDecision("long_tail", tuple(long_tail[:k]), top)

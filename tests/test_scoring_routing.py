@@ -45,9 +45,10 @@ class H:
 @pytest.mark.parametrize(
     ("ranking", "margin", "route", "added"),
     [
-        pytest.param(["r1", "r2", "t1"], 1, "resident", (), id="top-two-resident"),
+        pytest.param(["r1", "r2", "t1", "t2"], 1, "resident", ("t1",), id="top-two-resident"),
         pytest.param(["r1", "t1", "r2"], 1, "long_tail", ("t1",), id="long-tail-runner-up"),
-        pytest.param(["r1", "t1", "r2"], 0, "resident", (), id="margin-zero-trusts-top"),
+        pytest.param(["r1", "t1", "r2"], 0, "resident", ("t1",), id="margin-zero-trusts-top"),
+        pytest.param(["r1", "r2"], 1, "resident", (), id="nothing-to-hedge-with"),
         pytest.param(["t1", "r1", "t2"], 1, "long_tail", ("t1", "t2"), id="long-tail-top"),
         pytest.param([], 1, "long_tail", (), id="no-hits"),
     ],
@@ -61,5 +62,8 @@ def test_decide_route(ranking: list[str], margin: int, route: str, added: tuple[
 def test_route_adds_at_most_k_chunks() -> None:
     hits = [H(f"t{i}") for i in range(10)]
     assert len(decide_route(hits, set(), k=3).long_tail_chunk_ids) == 3
-    with pytest.raises(ValueError, match="k and margin"):
+    assert (
+        decide_route([H("r1"), H("r2"), H("t1")], {"r1", "r2"}, hedge=0).long_tail_chunk_ids == ()
+    )
+    with pytest.raises(ValueError, match="k, margin and hedge"):
         decide_route(hits, set(), k=-1)
