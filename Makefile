@@ -20,8 +20,8 @@ plan: install
 	$(VENV)/bin/residency plan
 
 lint:
-	$(VENV)/bin/ruff check planner residency tests benchmarks
-	$(VENV)/bin/ruff format --check planner residency tests benchmarks
+	$(VENV)/bin/ruff check planner residency tests benchmarks scripts
+	$(VENV)/bin/ruff format --check planner residency tests benchmarks scripts
 
 typecheck:
 	$(VENV)/bin/mypy

@@ -13,15 +13,26 @@ import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-BLOCK = re.compile(r"(<!-- help: residency (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- /help -->)", re.S)
+BLOCK = re.compile(
+    r"(<!-- help: residency (?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- /help -->)", re.S
+)
 
 
 def render_help(args: str) -> str:
     """`residency ARGS --help` as the README shows it."""
-    env = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "_TYPER_FORCE_DISABLE_TERMINAL": "1"}
+    env = {
+        **os.environ,
+        "COLUMNS": "100",
+        "NO_COLOR": "1",
+        "TERM": "dumb",
+        "_TYPER_FORCE_DISABLE_TERMINAL": "1",
+    }
     out = subprocess.run(
         [sys.executable, "-m", "residency", *args.split(), "--help"],
-        capture_output=True, text=True, env=env, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     ).stdout
     body = "\n".join(line.rstrip() for line in out.strip("\n").splitlines())
     return f"```text\n{body}\n```\n"

@@ -1,4 +1,4 @@
-"""`residency eval`: evaluation commands (retrieval), each with a history file and budgets."""
+"""`residency eval`: evaluation commands: retrieval (history file and budgets) and coverage."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from residency.retrieval import DEFAULT_WEIGHTS
 
 app = typer.Typer(
     name="eval",
-    help="Evaluate retrieval against gold questions; keep a history and enforce budgets.",
+    help="Evaluate retrieval (recall, history, budgets) and coverage (resident prefix + routing).",
     no_args_is_help=True,
 )
 
@@ -63,7 +63,7 @@ def retrieval(
     ],
     history: Annotated[
         Path | None,
-        typer.Option(help=f"Eval history to append to [default: INDEX/{HISTORY_FILE}]."),
+        typer.Option(help=f"Eval history to append to (default: INDEX/{HISTORY_FILE})."),
     ] = None,
     min_recall: Annotated[
         list[str] | None,
@@ -162,3 +162,12 @@ def render(report: RetrievalEvalReport, history: Path, console: Console) -> None
         actual = "n/a" if b.actual is None else f"{b.actual:.4f}"
         console.print(f"budget hybrid {b.metric} >= {b.minimum:g}: {actual} {state}")
     console.print(f"history: appended to {escape(str(history))}")
+
+
+def _register_coverage() -> None:
+    from residency.cli.eval_coverage import coverage
+
+    app.command("coverage")(coverage)
+
+
+_register_coverage()

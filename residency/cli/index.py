@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from residency.cli.progress import BarProgress
 from residency.corpus.chunking import DEFAULT_CHUNK_CHARS, DEFAULT_CHUNK_OVERLAP, ChunkerSettings
 from residency.index import IndexManifest, IndexOptions, build_index
 from residency.index.manifest import DEFAULT_EMBEDDER, DEFAULT_SPARSE_TOKENIZER
@@ -32,23 +33,6 @@ class ChunkerChoice(StrEnum):
 
     fixed = "fixed"
     semantic = "semantic"
-
-
-class _RichProgress:
-    """BuildProgress drawn as a rich progress bar on stderr."""
-
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
-        self._task: int | None = None
-
-    def start(self, description: str, total: int) -> None:
-        """Begin a new bar (the previous one stays, completed)."""
-        self._task = self._progress.add_task(description, total=total)
-
-    def advance(self, steps: int) -> None:
-        """Move the current bar."""
-        if self._task is not None:
-            self._progress.advance(self._task, steps)  # type: ignore[arg-type]
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -147,7 +131,7 @@ def index(
     )
     try:
         with _sigterm_as_interrupt(), bar:
-            manifest = build_index(corpus_dir, output, options, counter, _RichProgress(bar))
+            manifest = build_index(corpus_dir, output, options, counter, BarProgress(bar))
     finally:
         if isinstance(counter, ServerTokenCounter):
             counter.close()

@@ -14,7 +14,6 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TaskID,
     TextColumn,
     TimeRemainingColumn,
 )
@@ -29,6 +28,7 @@ from residency.capacity_report import (
     CapacityRequest,
     build_capacity_report,
 )
+from residency.cli.progress import BarProgress
 from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan
 
@@ -232,7 +232,7 @@ def plan(
         console=err,
         transient=True,
     ) as bar:
-        report, plan = run_plan(job, _BarProgress(bar))
+        report, plan = run_plan(job, BarProgress(bar))
     write_plan(plan, output)
     for warning in job.warnings:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
@@ -248,21 +248,6 @@ def plan(
 
 
 STRATEGIES = ("planner", "frequency", "density", "random", "cag", "rag")
-
-
-class _BarProgress:
-    """BuildProgress as a rich progress bar (index build of the sample corpus)."""
-
-    def __init__(self, bar: Progress) -> None:
-        self._bar = bar
-        self._task: TaskID | None = None
-
-    def start(self, description: str, total: int) -> None:
-        self._task = self._bar.add_task(description, total=total)
-
-    def advance(self, steps: int) -> None:
-        if self._task is not None:
-            self._bar.advance(self._task, steps)
 
 
 def render_plan(plan: ResidencyPlan, path: Path, console: Console) -> None:

@@ -1,0 +1,260 @@
+"""The two runs of `residency eval coverage`: one existing plan over a questions file, or the
+simulated side-by-side comparison of every strategy on a SQuAD-style file (DESIGN.md §8).
+
+The simulation imports the SQuAD file once into ``.cache/coverage/squad-<sha>/corpus`` and
+builds (or reuses) a BM25-only index beside it (``--dense`` opts into hybrid retrieval: the
+embedding takes minutes on 2 cores). Token counts come from the project's tiny tokenizer, every
+strategy plans the same budget (block size 16, no hybrid alignment) from the same simulated log,
+and every row is evaluated on the same evaluation traffic with the same rankings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from residency.corpus.squad import import_squad
+from residency.errors import ConfigError
+from residency.eval_coverage import (
+    DEFAULT_PREFETCH,
+    RAG_BASELINE_KS,
+    CoverageReport,
+    ResidentSet,
+    evaluate_coverage,
+)
+from residency.eval_retrieval import load_questions
+from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
+from residency.index.manifest import MANIFEST_FILE, read_manifest
+from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.plan_model import CapacitySnapshot, LogSummary, Strategy, read_plan
+from residency.planning.prefix import ApproxPrefixEncoder, LocalPrefixEncoder, PrefixEncoder
+from residency.planning.run import CACHE_DIR, REPO_ROOT
+from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
+from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+from residency.tiny_model import ensure_tokenizer
+from residency.token_count import LocalTokenCounter
+from residency.traffic import TrafficOptions, simulate_traffic
+
+COVERAGE_CACHE = CACHE_DIR / "coverage"
+SIM_BLOCK_SIZE = 16
+# Comparison rows after the RAG-only baselines, in table order.
+PLANNED: tuple[Strategy, ...] = ("cag", "random", "frequency", "density", "planner")
+STRATEGIES: tuple[Strategy, ...] = ("rag", *PLANNED)
+
+
+def check_routing(k: int, margin: int, hedge: int, prefetch: int) -> None:
+    """Raise `ConfigError` for routing flags out of range."""
+    if k < 1:
+        raise ConfigError(f"--k {k}: must be at least 1 chunk")
+    if margin < 0:
+        raise ConfigError(f"--margin {margin}: must be >= 0")
+    if hedge < 0:
+        raise ConfigError(f"--hedge {hedge}: must be >= 0 chunks")
+    if prefetch < k:
+        raise ConfigError(f"--prefetch {prefetch} is below --k {k}: rank at least k chunks")
+
+
+def _encoder_for_plan(
+    tokenizer: str, index: Index, tokenizer_dir: Path | None, notes: list[str]
+) -> PrefixEncoder:
+    """The plan's local tokenizer, else the index's, else the labelled approximation."""
+    if tokenizer_dir is not None:
+        return LocalPrefixEncoder(tokenizer_dir)
+    candidates = []
+    if tokenizer.startswith("tokenizer:"):
+        candidates.append(Path(tokenizer.removeprefix("tokenizer:")))
+    if index.manifest.token_count.method == "tokenizer":
+        candidates.append(Path(index.manifest.token_count.name))
+    for path in candidates:
+        if (path / "tokenizer.json").is_file():
+            return LocalPrefixEncoder(path)
+    notes.append(
+        f"added tokens are approximate: the plan's tokenizer ({tokenizer}) is not a local "
+        "directory here; pass --tokenizer-dir"
+    )
+    return ApproxPrefixEncoder()
+
+
+def evaluate_plan_file(
+    plan_path: Path,
+    questions_path: Path,
+    *,
+    index_dir: Path | None = None,
+    tokenizer_dir: Path | None = None,
+    k: int = DEFAULT_K,
+    margin: int = DEFAULT_MARGIN,
+    hedge: int = DEFAULT_HEDGE,
+    prefetch: int = DEFAULT_PREFETCH,
+    progress: BuildProgress | None = None,
+) -> CoverageReport:
+    """Coverage of one plan.json on a questions file, against the index it was made from."""
+    check_routing(k, margin, hedge, prefetch)
+    if not plan_path.is_file():
+        raise ConfigError(f"--plan {plan_path}: no such file")
+    if not questions_path.is_file():
+        raise ConfigError(f"--questions {questions_path}: no such file")
+    plan = read_plan(plan_path)
+    directory = index_dir or Path(plan.index_dir)
+    index = open_index(directory)
+    if index.manifest.corpus_hash != plan.corpus_hash:
+        raise ConfigError(
+            f"--plan {plan_path} was made from corpus {plan.corpus_hash[:12]}, but index "
+            f"{directory} holds corpus {index.manifest.corpus_hash[:12]}: re-plan against this "
+            "index, or pass the plan's own index (--index-dir)"
+        )
+    known = {c.id for c in index.chunks}
+    missing = sorted(plan.resident_chunk_ids() - known)
+    if missing:
+        raise ConfigError(
+            f"--plan {plan_path}: {len(missing)} of {len(plan.resident_chunk_ids())} resident "
+            f"chunk ids (e.g. {missing[0]}) are not in index {directory}, which was re-chunked "
+            "since: re-plan against it"
+        )
+    notes: list[str] = []
+    encoder = _encoder_for_plan(plan.prefix.tokenizer, index, tokenizer_dir, notes)
+    questions = load_questions(questions_path)
+    if progress is not None:
+        progress.start("ranking questions", len({q.query for q in questions if q.relevant_ids}))
+    return evaluate_coverage(
+        index,
+        questions,
+        [ResidentSet.from_plan(plan, k)],
+        encoder,
+        source=str(questions_path),
+        margin=margin,
+        hedge=hedge,
+        prefetch=prefetch,
+        notes=notes,
+        progress=progress.advance if progress else None,
+    )
+
+
+@dataclass(frozen=True)
+class SimulationJob:
+    """What the simulated comparison was asked."""
+
+    squad_file: Path
+    budget_tokens: int
+    traffic: TrafficOptions = field(default_factory=TrafficOptions)
+    index_dir: Path | None = None
+    dense: bool = False
+    k: int = DEFAULT_K
+    margin: int = DEFAULT_MARGIN
+    hedge: int = DEFAULT_HEDGE
+    prefetch: int = DEFAULT_PREFETCH
+    depth: int = DEFAULT_DEPTH
+    prior_weight: float = DEFAULT_PRIOR_WEIGHT
+    cache_dir: Path = COVERAGE_CACHE
+
+
+def simulation_capacity(budget_tokens: int) -> CapacitySnapshot:
+    """A capacity snapshot that is just the budget: block size 16, no hybrid alignment."""
+    return CapacitySnapshot(
+        model="simulation",
+        host="simulation",
+        max_model_len=budget_tokens,
+        kv_cache_tokens=budget_tokens,
+        block_size=SIM_BLOCK_SIZE,
+        is_hybrid=False,
+        resident_budget_tokens=budget_tokens,
+        binding_constraint="max_model_len",
+        reasoning=f"simulated resident budget of {budget_tokens} tokens (--budget)",
+    )
+
+
+def squad_corpus(squad_file: Path, cache_dir: Path) -> Path:
+    """The imported corpus of `squad_file` (docs/ and qa.jsonl), imported once per content."""
+    if not squad_file.is_file():
+        raise ConfigError(f"--squad {squad_file}: no such file")
+    digest = hashlib.sha256(squad_file.read_bytes()).hexdigest()[:16]
+    out = cache_dir / f"squad-{digest}" / "corpus"
+    if not (out / "import.json").is_file():
+        import_squad(squad_file, out, force=True)
+    return out
+
+
+def squad_index(
+    docs: Path, index_dir: Path, dense: bool, counter: LocalTokenCounter, progress: BuildProgress
+) -> tuple[Index, bool]:
+    """Open the index of `docs` at `index_dir` if it was built the same way, else (re)build it."""
+    if (index_dir / MANIFEST_FILE).is_file():
+        manifest = read_manifest(index_dir)
+        if manifest.corpus_dir != str(docs.resolve()):
+            raise ConfigError(
+                f"--index-dir {index_dir} holds an index of {manifest.corpus_dir}, not of the "
+                f"imported corpus {docs}: pass another --index-dir, or none (one under --cache-dir)"
+            )
+        options = IndexOptions(dense=dense)
+        same_build = (
+            manifest.token_count == counter.info
+            and manifest.chunker == options.chunker
+            and manifest.sparse_tokenizer == options.sparse_tokenizer
+            and (manifest.embedder.name if manifest.embedder else None)
+            == (options.embedder if dense else None)
+        )
+        if same_build:
+            return open_index(index_dir), True
+    build_index(docs, index_dir, IndexOptions(dense=dense), counter, progress)
+    return open_index(index_dir), False
+
+
+def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageReport:
+    """Import, index, simulate traffic, plan every strategy at one budget, evaluate side by side."""
+    if job.budget_tokens <= 0:
+        raise ConfigError(f"--budget {job.budget_tokens}: the resident budget must be > 0 tokens")
+    check_routing(job.k, job.margin, job.hedge, job.prefetch)
+    corpus = squad_corpus(job.squad_file, job.cache_dir)
+    tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
+    default_dir = corpus.parent / ("index-dense" if job.dense else "index-bm25")
+    index_dir = job.index_dir or default_dir
+    index, reused = squad_index(
+        corpus / "docs", index_dir, job.dense, LocalTokenCounter(tokenizer_dir), progress
+    )
+    traffic = simulate_traffic(load_questions(corpus / "qa.jsonl"), job.traffic)
+    progress.start("attributing the log", 1)
+    mass = log_mass(index, traffic.log, job.depth)
+    progress.advance(1)
+    encoder = LocalPrefixEncoder(tokenizer_dir)
+    capacity = simulation_capacity(job.budget_tokens)
+    summary = LogSummary(
+        path=None,
+        entries=len(traffic.log),
+        total_count=sum(e.count for e in traffic.log),
+        skipped=0,
+    )
+    progress.start("planning", len(STRATEGIES))
+    plans = {}
+    for strategy in STRATEGIES:
+        options = PlanOptions(
+            strategy=strategy,
+            seed=job.traffic.seed,
+            depth=job.depth,
+            prior_weight=job.prior_weight,
+            log_summary=summary,
+        )
+        plans[strategy] = build_plan(index, mass, capacity, encoder, options)
+        progress.advance(1)
+    rows = [ResidentSet.from_plan(plans["rag"], k) for k in RAG_BASELINE_KS]
+    rows += [ResidentSet.from_plan(plans[s], job.k) for s in PLANNED]
+    retrieval = "hybrid (dense + BM25)" if job.dense else "BM25-only (pass --dense for hybrid)"
+    notes = [
+        f"index {'reused' if reused else 'built'}: {index.directory}; retrieval {retrieval}",
+        f"tokens counted with the tiny tokenizer {tokenizer_dir.name}",
+        f"planner scoring: attribution depth {job.depth}, prior weight {job.prior_weight:g}",
+    ]
+    progress.start("ranking eval questions", len({q.query for q in traffic.eval_questions}))
+    return evaluate_coverage(
+        index,
+        traffic.eval_questions,
+        rows,
+        encoder,
+        source=f"simulated from {job.squad_file}",
+        margin=job.margin,
+        hedge=job.hedge,
+        prefetch=job.prefetch,
+        budget_tokens=job.budget_tokens,
+        simulation=traffic.stats,
+        notes=notes,
+        progress=progress.advance,
+    )

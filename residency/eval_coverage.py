@@ -1,0 +1,334 @@
+"""Coverage evaluation: how often the generator sees a question's gold evidence (DESIGN.md §8).
+
+For one resident set (a plan's resident chunks, or nothing for RAG-only) and a question:
+
+- The question's chunks are ranked once over the whole corpus (`Index.search_chunks(query,
+  prefetch)`, resident chunks included) and routed by `residency.routing.decide_route` with the
+  same `k`, `margin` and `hedge` as the router: route "resident" adds the best `hedge`
+  non-resident chunk(s) (insurance), route "long_tail" adds the top `k` non-resident chunks.
+  RAG-only top-k is the empty resident set: every question is routed long-tail and gets the top
+  k chunks.
+- **Visible** chunks = resident chunks ∪ added chunks. A gold section is **visible** when at
+  least one of its chunks is visible: a wholly resident section always is, and so is a section
+  only partly resident (a part split at chunk boundaries) or one of whose chunks was retrieved.
+  Gold is section-level (qa.jsonl names paragraphs, not answer offsets), so "one chunk of it"
+  is the finest test available; for JSQuAD most paragraphs are one chunk.
+- A question is **covered** when any of its gold sections is visible (SQuAD has one). Questions
+  without relevant ids (type "unknown") are excluded and counted; a relevant id that is not a
+  section of the index is never visible.
+- **In prefix**: a gold section has a resident chunk. **Retrieved**: not in prefix, but a gold
+  chunk was added. coverage = in-prefix share + retrieved share; long-tail recall = retrieved /
+  questions not in prefix; misrouted = not covered although routed "resident" (a miss the
+  long-tail route might have caught).
+- **Added tokens** (prompt tokens beyond the cached prefix): the sum over added chunks of
+  count(render_chunk(chunk)) + 1 (the blank-line separator), counted with the plan's encoder, the
+  same way the planner prices a section. The question itself is the same for every strategy and
+  is not counted.
+
+Rankings do not depend on the resident set, so `evaluate_coverage` ranks each distinct query
+once and scores every resident set on the same rankings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from residency.corpus.model import Chunk, Section
+from residency.eval_retrieval import UNTYPED, Question
+from residency.index import Index, manifest_hash
+from residency.planning.plan_model import ResidencyPlan
+from residency.planning.prefix import PrefixEncoder, render_section
+from residency.retrieval import FusedHit
+from residency.routing import DEFAULT_HEDGE, DEFAULT_MARGIN, Route, decide_route
+from residency.traffic import TrafficStats
+
+DEFAULT_PREFETCH = 40
+RAG_BASELINE_KS = (3, 5)
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentSet:
+    """What one strategy keeps in the prefix, and how many chunks its long-tail route adds."""
+
+    name: str  # row name: 'planner', 'rag-top3', ...
+    strategy: str
+    chunk_ids: frozenset[str]
+    sections: int
+    prefix_tokens: int
+    k: int
+    predicted_share: float | None = None  # the plan's own sum of p(s), if it is a plan
+
+    @classmethod
+    def from_plan(cls, plan: ResidencyPlan, k: int, name: str | None = None) -> ResidentSet:
+        """A plan's resident chunks (a 'rag' plan holds none: RAG-only top-k)."""
+        chunk_ids = plan.resident_chunk_ids()
+        return cls(
+            name=name or (f"rag-top{k}" if plan.strategy == "rag" else plan.strategy),
+            strategy=plan.strategy,
+            chunk_ids=chunk_ids,
+            sections=plan.coverage.resident_sections,
+            prefix_tokens=plan.prefix.token_count,
+            k=k,
+            predicted_share=plan.coverage.resident_share if chunk_ids else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One question under one resident set."""
+
+    route: Route
+    in_prefix: bool
+    retrieved: bool  # not in prefix, and a gold chunk was added
+    added_chunks: int
+    added_tokens: int
+
+    @property
+    def covered(self) -> bool:
+        """Gold evidence visible to the generator."""
+        return self.in_prefix or self.retrieved
+
+
+def render_chunk(section: Section, chunk: Chunk) -> str:
+    """A retrieved chunk as it appears in the prompt: its section's header, then the chunk text."""
+    return render_section(section.model_copy(update={"text": chunk.text}))
+
+
+def chunk_token_counts(index: Index, encoder: PrefixEncoder) -> dict[str, int]:
+    """Prompt tokens each chunk adds when retrieved (rendered, plus 1 for the separator)."""
+    return {
+        c.id: encoder.count(render_chunk(index.section(c.section_id), c)) + 1 for c in index.chunks
+    }
+
+
+def question_outcome(
+    hits: Sequence[FusedHit],
+    resident: Collection[str],
+    gold_chunks: Collection[str],
+    tokens: Mapping[str, int],
+    *,
+    k: int,
+    margin: int,
+    hedge: int,
+) -> Outcome:
+    """Route one question and say whether its gold chunks are visible, and at what cost."""
+    decision = decide_route(hits, resident, k=k, margin=margin, hedge=hedge)
+    added = decision.long_tail_chunk_ids
+    in_prefix = any(c in resident for c in gold_chunks)
+    retrieved = not in_prefix and any(c in gold_chunks for c in added)
+    return Outcome(decision.route, in_prefix, retrieved, len(added), sum(tokens[c] for c in added))
+
+
+class CoverageMetrics(BaseModel):
+    """Coverage of a set of questions under one resident set."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    questions: int = Field(ge=0, description="Questions evaluated (with relevant ids).")
+    coverage: float = Field(ge=0, le=1, description="Share whose gold evidence is visible.")
+    resident_share: float = Field(ge=0, le=1, description="Share with gold in the prefix.")
+    retrieved_share: float = Field(
+        ge=0, le=1, description="Share with gold not in the prefix but among added chunks."
+    )
+    long_tail_questions: int = Field(ge=0, description="Questions whose gold is not resident.")
+    long_tail_recall: float | None = Field(
+        ge=0, le=1, description="Retrieved / long-tail questions (None when there are none)."
+    )
+    route_resident_share: float = Field(
+        ge=0, le=1, description="Share routed 'resident' (nothing added)."
+    )
+    misrouted: int = Field(
+        ge=0, description="Not covered although routed 'resident' (only the hedge was added)."
+    )
+    mean_added_chunks: float = Field(ge=0, description="Mean chunks added beyond the prefix.")
+    mean_added_tokens: float = Field(
+        ge=0, description="Mean prompt tokens beyond the cached prefix (added chunks)."
+    )
+
+
+def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
+    """Aggregate per-question outcomes (zeros for an empty set)."""
+    n = len(outcomes)
+    in_prefix = sum(o.in_prefix for o in outcomes)
+    retrieved = sum(o.retrieved for o in outcomes)
+    long_tail = n - in_prefix
+    share = (lambda x: x / n) if n else (lambda x: 0.0)
+    return CoverageMetrics(
+        questions=n,
+        coverage=share(in_prefix + retrieved),
+        resident_share=share(in_prefix),
+        retrieved_share=share(retrieved),
+        long_tail_questions=long_tail,
+        long_tail_recall=retrieved / long_tail if long_tail else None,
+        route_resident_share=share(sum(o.route == "resident" for o in outcomes)),
+        misrouted=sum(1 for o in outcomes if not o.covered and o.route == "resident"),
+        mean_added_chunks=share(sum(o.added_chunks for o in outcomes)),
+        mean_added_tokens=share(sum(o.added_tokens for o in outcomes)),
+    )
+
+
+class StrategyResult(BaseModel):
+    """One row of the comparison: a resident set and its coverage."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, description="Row name, e.g. planner, rag-top3.")
+    strategy: str = Field(min_length=1, max_length=32, description="Planning strategy.")
+    k: int = Field(ge=0, description="Long-tail chunks added per long-tail route.")
+    resident_sections: int = Field(ge=0, description="Sections wholly or partly resident.")
+    resident_chunks: int = Field(ge=0, description="Chunks in the prefix.")
+    prefix_tokens: int = Field(ge=0, description="Tokens of the cached prefix.")
+    predicted_resident_share: float | None = Field(
+        ge=0, le=1, description="The plan's own prediction (sum of p(s)); None for RAG-only."
+    )
+    overall: CoverageMetrics = Field(description="All evaluated questions.")
+    by_type: dict[str, CoverageMetrics] = Field(description="Per question type.")
+
+
+class CoverageSettings(BaseModel):
+    """The retrieval and routing every row was evaluated with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index_dir: str = Field(min_length=1, max_length=4096, description="Index evaluated.")
+    manifest_hash: str = Field(min_length=64, max_length=64, description="sha256 of manifest.")
+    embedder: str | None = Field(
+        max_length=4096, description="Dense embedder; None: BM25-only retrieval."
+    )
+    sparse_tokenizer: str = Field(min_length=1, max_length=4096, description="BM25 tokenizer.")
+    chunker: str = Field(min_length=1, max_length=4096, description="e.g. fixed/256/32.")
+    prefetch: int = Field(ge=1, description="Chunks ranked per question before routing.")
+    margin: int = Field(ge=0, description="Routing margin (decide_route).")
+    hedge: int = Field(ge=0, description="Chunks the resident route still adds (decide_route).")
+    tokenizer: str = Field(
+        min_length=1, max_length=4096, description="Encoder the added tokens were counted with."
+    )
+    budget_tokens: int | None = Field(ge=1, description="Resident budget (simulation), if any.")
+
+
+class CoverageReport(BaseModel):
+    """A whole `residency eval coverage` run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str = Field(default="coverage", max_length=32, description="Report kind.")
+    timestamp: dt.datetime = Field(description="When the run finished (UTC).")
+    questions_source: str = Field(
+        min_length=1, max_length=4096, description="Questions file or simulation."
+    )
+    evaluated: int = Field(ge=0, description="Questions with relevant ids (in the metrics).")
+    excluded_no_relevant: int = Field(ge=0, description="Questions with no relevant ids.")
+    unknown_relevant_count: int = Field(ge=0, description="Relevant ids not in the index.")
+    settings: CoverageSettings = Field(description="Retrieval and routing settings.")
+    results: tuple[StrategyResult, ...] = Field(description="One row per resident set.")
+    simulation: TrafficStats | None = Field(default=None, description="Simulated traffic, if any.")
+    notes: tuple[str, ...] = Field(default=(), description="What the reader should know.")
+
+
+def rank_queries(
+    index: Index,
+    queries: Sequence[str],
+    prefetch: int,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, tuple[FusedHit, ...]]:
+    """The fused top-`prefetch` chunks of each distinct query."""
+    out: dict[str, tuple[FusedHit, ...]] = {}
+    for query in dict.fromkeys(queries):
+        out[query] = tuple(index.search_chunks(query, prefetch))
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def evaluate_resident_set(
+    index: Index,
+    questions: Sequence[Question],
+    rankings: Mapping[str, Sequence[FusedHit]],
+    resident: ResidentSet,
+    tokens: Mapping[str, int],
+    margin: int,
+    hedge: int = DEFAULT_HEDGE,
+) -> StrategyResult:
+    """Coverage of answerable `questions` (already ranked) under one resident set."""
+    by_type: dict[str, list[Outcome]] = {}
+    outcomes: list[Outcome] = []
+    for q in questions:
+        if not q.relevant_ids:
+            continue
+        gold = {c.id for sid in q.relevant_ids for c in index.chunks_of(sid)}
+        outcome = question_outcome(
+            rankings[q.query],
+            resident.chunk_ids,
+            gold,
+            tokens,
+            k=resident.k,
+            margin=margin,
+            hedge=hedge,
+        )
+        outcomes.append(outcome)
+        by_type.setdefault(q.type or UNTYPED, []).append(outcome)
+    return StrategyResult(
+        name=resident.name,
+        strategy=resident.strategy,
+        k=resident.k,
+        resident_sections=resident.sections,
+        resident_chunks=len(resident.chunk_ids),
+        prefix_tokens=resident.prefix_tokens,
+        predicted_resident_share=resident.predicted_share,
+        overall=summarize(outcomes),
+        by_type={t: summarize(o) for t, o in sorted(by_type.items())},
+    )
+
+
+def evaluate_coverage(
+    index: Index,
+    questions: Sequence[Question],
+    resident_sets: Sequence[ResidentSet],
+    encoder: PrefixEncoder,
+    *,
+    source: str,
+    margin: int = DEFAULT_MARGIN,
+    hedge: int = DEFAULT_HEDGE,
+    prefetch: int = DEFAULT_PREFETCH,
+    budget_tokens: int | None = None,
+    simulation: TrafficStats | None = None,
+    notes: Sequence[str] = (),
+    progress: Callable[[int], None] | None = None,
+) -> CoverageReport:
+    """Rank every distinct answerable query once, then score each resident set on it."""
+    answerable = [q for q in questions if q.relevant_ids]
+    rankings = rank_queries(index, [q.query for q in answerable], prefetch, progress)
+    tokens = chunk_token_counts(index, encoder)
+    results = tuple(
+        evaluate_resident_set(index, answerable, rankings, r, tokens, margin, hedge)
+        for r in resident_sets
+    )
+    unknown = {sid for q in answerable for sid in q.relevant_ids if not index.has_section(sid)}
+    m = index.manifest
+    chunker = m.chunker
+    return CoverageReport(
+        timestamp=dt.datetime.now(dt.UTC),
+        questions_source=source,
+        evaluated=len(answerable),
+        excluded_no_relevant=len(questions) - len(answerable),
+        unknown_relevant_count=len(unknown),
+        settings=CoverageSettings(
+            index_dir=str(index.directory),
+            manifest_hash=manifest_hash(index.directory),
+            embedder=m.embedder.name if m.embedder else None,
+            sparse_tokenizer=m.sparse_tokenizer,
+            chunker=f"{chunker.kind}/{chunker.chunk_chars}/{chunker.chunk_overlap}",
+            prefetch=prefetch,
+            margin=margin,
+            hedge=hedge,
+            tokenizer=encoder.name,
+            budget_tokens=budget_tokens,
+        ),
+        results=results,
+        simulation=simulation,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,419 @@
+"""Coverage evaluation on a hand-made corpus (real files, a real BM25-only index), hand-computed
+expected coverage, and `residency eval coverage` through the real console entry point."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from residency.eval_coverage import (
+    ResidentSet,
+    evaluate_coverage,
+    question_outcome,
+)
+from residency.eval_retrieval import Question
+from residency.index import Index, IndexOptions, build_index, open_index
+from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
+from residency.planning.prefix import LocalPrefixEncoder
+from residency.query_log import LogEntry
+from residency.routing import DEFAULT_K, decide_route
+from residency.token_count import LocalTokenCounter
+
+SECTIONS = {
+    "alarm": ("警報", "警報が鳴ったら当番は十五分以内に監視室へ連絡し、主灯の状態を確認する。"),
+    "wind": ("強風", "風速十五メートルを超えたら屋外作業を中止し、雷鳴から三十分は再開しない。"),
+    "battery": ("蓄電池", "蓄電池は五年ごとに交換し、交換後は電圧を記録簿に書く。"),
+    "boat": ("作業船", "作業船は波高一メートル以下でのみ出航し、救命胴衣を必ず着用する。"),
+    "paint": ("塗装", "灯塔の塗装は十年ごとに行い、色は白と赤の二色とする。"),
+    # 460 characters: two chunks (log::c1, log::c2) at the default 256-character chunks.
+    "log": ("保守記録", "".join(f"第{i}項。保守記録の詳細な手順をここに書く。" for i in range(20))),
+}
+# (query, gold, type, the top two chunks the BM25 index ranks for it).
+QUESTIONS = [
+    ("警報が鳴ったら当番は何分以内に連絡する", "alarm", "simple", ("alarm::c1", "wind::c1")),
+    ("風速何メートルで屋外作業を中止する", "wind", "simple", ("wind::c1", "boat::c1")),
+    ("蓄電池は何年ごとに交換する", "battery", "simple", ("battery::c1", "paint::c1")),
+    ("作業船が出航できる波高は", "boat", "detail", ("boat::c1", "wind::c1")),
+    # Its evidence (boat) ranks second, behind a resident section: margin 0 misroutes it.
+    ("雷鳴のあと屋外作業を再開できるのは何分後", "boat", "detail", ("wind::c1", "boat::c1")),
+    # Gold 'log' is partly resident (log::c1); the non-resident part ranks first.
+    ("保守記録の第18項", "log", "detail", ("log::c2", "log::c1")),
+]
+UNKNOWN = Question(query="灯台守の給料はいくらか", relevant_ids=(), type="unknown")
+RESIDENT = frozenset({"alarm::c1", "wind::c1", "log::c1"})
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir() -> Path:
+    from residency.planning.run import CACHE_DIR, REPO_ROOT
+    from residency.tiny_model import ensure_tokenizer
+
+    return ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
+    root = tmp_path_factory.mktemp("coverage")
+    (root / "docs").mkdir()
+    records = [orjson.dumps({"id": k, "title": t, "text": x}) for k, (t, x) in SECTIONS.items()]
+    (root / "docs" / "manual.jsonl").write_bytes(b"\n".join(records) + b"\n")
+    qa = [
+        orjson.dumps({"query": q, "relevant_ids": [g], "type": t, "id": f"q{i}"})
+        for i, (q, g, t, _) in enumerate(QUESTIONS)
+    ]
+    qa.append(orjson.dumps(UNKNOWN.model_dump()))
+    (root / "qa.jsonl").write_bytes(b"\n".join(qa) + b"\n")
+    counter = LocalTokenCounter(tokenizer_dir)
+    build_index(root / "docs", root / "index", IndexOptions(dense=False), counter)
+    return root
+
+
+@pytest.fixture(scope="module")
+def index(corpus: Path) -> Index:
+    return open_index(corpus / "index")
+
+
+@pytest.fixture(scope="module")
+def encoder(tokenizer_dir: Path) -> LocalPrefixEncoder:
+    return LocalPrefixEncoder(tokenizer_dir)
+
+
+def questions() -> list[Question]:
+    qs = [Question(query=q, relevant_ids=(g,), type=t) for q, g, t, _ in QUESTIONS]
+    return [*qs, UNKNOWN]
+
+
+def chunk_tokens(index: Index, encoder: LocalPrefixEncoder, chunk_id: str) -> int:
+    """Tokens a retrieved chunk adds, written out by hand: header line, text, separator."""
+    sid = chunk_id.split("::")[0]
+    chunk = next(c for c in index.chunks if c.id == chunk_id)
+    return encoder.count(f"[id: {sid}] {SECTIONS[sid][0]}\n{chunk.text}") + 1
+
+
+def test_the_hand_made_corpus_ranks_as_the_expectations_assume(index: Index) -> None:
+    assert [c.id for c in index.chunks_of("log")] == ["log::c1", "log::c2"]
+    for query, _, _, top_two in QUESTIONS:
+        assert tuple(h.id for h in index.search_chunks(query, 2)) == top_two, query
+
+
+# Expected per case: (covered, in prefix, retrieved, route-resident, misrouted, added chunk ids).
+# margin 0 trusts a resident top hit; margin 1 also wants the runner-up resident; the hedge adds
+# the best non-resident chunk even on the resident route.
+CASES = [
+    pytest.param(
+        RESIDENT,
+        1,
+        0,
+        0,
+        (5, 3, 2, 3, 1, ["battery::c1", "boat::c1", "log::c2"]),
+        id="resident-k1-margin0-no-hedge",
+    ),
+    pytest.param(
+        RESIDENT,
+        1,
+        0,
+        1,
+        (6, 3, 3, 3, 0, ["boat::c1", "boat::c1", "battery::c1", "boat::c1", "boat::c1", "log::c2"]),
+        id="resident-k1-margin0-hedge1",
+    ),
+    pytest.param(
+        RESIDENT,
+        1,
+        1,
+        0,
+        (6, 3, 3, 1, 0, ["boat::c1", "battery::c1", "boat::c1", "boat::c1", "log::c2"]),
+        id="resident-k1-margin1-no-hedge",
+    ),
+    pytest.param(
+        RESIDENT,
+        1,
+        1,
+        1,
+        (6, 3, 3, 1, 0, ["boat::c1", "boat::c1", "battery::c1", "boat::c1", "boat::c1", "log::c2"]),
+        id="resident-k1-margin1-hedge1",
+    ),
+    pytest.param(
+        frozenset(),
+        1,
+        1,
+        1,
+        (
+            5,
+            0,
+            5,
+            0,
+            0,
+            ["alarm::c1", "wind::c1", "battery::c1", "boat::c1", "wind::c1", "log::c2"],
+        ),
+        id="rag-top1",
+    ),
+    pytest.param(
+        frozenset(),
+        2,
+        1,
+        1,
+        (6, 0, 6, 0, 0, [c for _, _, _, two in QUESTIONS for c in two]),
+        id="rag-top2",
+    ),
+]
+
+
+@pytest.mark.parametrize(("resident", "k", "margin", "hedge", "expected"), CASES)
+def test_coverage_hand_computed(
+    index: Index,
+    encoder: LocalPrefixEncoder,
+    resident: frozenset[str],
+    k: int,
+    margin: int,
+    hedge: int,
+    expected: tuple[int, int, int, int, int, list[str]],
+) -> None:
+    covered, in_prefix, retrieved, route_resident, misrouted, added = expected
+    rows = [ResidentSet("case", "planner", resident, 0, 0, k)]
+    report = evaluate_coverage(
+        index, questions(), rows, encoder, source="test", margin=margin, hedge=hedge
+    )
+    m = report.results[0].overall
+    n = len(QUESTIONS)
+    assert report.evaluated == n
+    assert report.excluded_no_relevant == 1
+    assert m.questions == n
+    assert m.coverage == pytest.approx(covered / n)
+    assert m.resident_share == pytest.approx(in_prefix / n)
+    assert m.retrieved_share == pytest.approx(retrieved / n)
+    assert m.long_tail_questions == n - in_prefix
+    assert m.long_tail_recall == pytest.approx(retrieved / (n - in_prefix))
+    assert m.route_resident_share == pytest.approx(route_resident / n)
+    assert m.misrouted == misrouted
+    assert m.mean_added_chunks == pytest.approx(len(added) / n)
+    tokens = sum(chunk_tokens(index, encoder, c) for c in added)
+    assert m.mean_added_tokens == pytest.approx(tokens / n)
+
+
+def test_coverage_per_question_type(index: Index, encoder: LocalPrefixEncoder) -> None:
+    rows = [ResidentSet("case", "planner", RESIDENT, 0, 0, 1)]
+    report = evaluate_coverage(index, questions(), rows, encoder, source="test", margin=0, hedge=0)
+    by_type = report.results[0].by_type
+    assert set(by_type) == {"simple", "detail"}  # 'unknown' has no gold: excluded
+    assert by_type["simple"].coverage == pytest.approx(3 / 3)
+    assert by_type["detail"].coverage == pytest.approx(2 / 3)
+    assert by_type["detail"].misrouted == 1
+
+
+@pytest.mark.parametrize(
+    ("resident", "added_hits", "in_prefix", "retrieved"),
+    [
+        pytest.param({"log::c1"}, [], True, False, id="one-part-resident"),
+        pytest.param({"alarm::c1"}, ["log::c2"], False, True, id="one-part-retrieved"),
+        pytest.param({"alarm::c1"}, ["boat::c1"], False, False, id="invisible"),
+    ],
+)
+def test_a_section_is_visible_when_any_of_its_chunks_is(
+    index: Index,
+    resident: set[str],
+    added_hits: list[str],
+    in_prefix: bool,
+    retrieved: bool,
+) -> None:
+    gold = {c.id for c in index.chunks_of("log")}
+    hits = [h for h in index.search_chunks("保守記録の第18項", 10) if h.id in added_hits]
+    tokens = {c.id: 1 for c in index.chunks}
+    outcome = question_outcome(hits, resident, gold, tokens, k=5, margin=0, hedge=0)
+    assert (outcome.in_prefix, outcome.retrieved) == (in_prefix, retrieved)
+    assert outcome.covered == (in_prefix or retrieved)
+
+
+def test_unknown_gold_ids_are_counted_and_never_visible(
+    index: Index, encoder: LocalPrefixEncoder
+) -> None:
+    qs = [Question(query="警報が鳴ったら当番は何分以内に連絡する", relevant_ids=("nowhere",))]
+    rows = [ResidentSet("rag-top5", "rag", frozenset(), 0, 0, 5)]
+    report = evaluate_coverage(index, qs, rows, encoder, source="test")
+    assert report.unknown_relevant_count == 1
+    assert report.results[0].overall.coverage == 0.0
+
+
+def test_eval_defaults_are_the_routers() -> None:
+    route = inspect.signature(decide_route).parameters
+    evaluate = inspect.signature(evaluate_coverage).parameters
+    for name in ("margin", "hedge"):
+        assert evaluate[name].default == route[name].default, name
+
+
+# --- the CLI -------------------------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "residency", "eval", "coverage", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def make_plan(index: Index, encoder: LocalPrefixEncoder, budget: int) -> ResidencyPlan:
+    capacity = CapacitySnapshot(
+        model="tiny",
+        host="test",
+        max_model_len=budget,
+        kv_cache_tokens=budget,
+        block_size=16,
+        is_hybrid=False,
+        resident_budget_tokens=budget,
+        binding_constraint="max_model_len",
+        reasoning="test",
+    )
+    log = [LogEntry(query=q, count=10 - i) for i, (q, *_) in enumerate(QUESTIONS)]
+    mass = log_mass(index, log)
+    return build_plan(index, mass, capacity, encoder, PlanOptions(strategy="planner"))
+
+
+@pytest.fixture(scope="module")
+def plan_file(
+    index: Index, encoder: LocalPrefixEncoder, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    # The instructions take ~155 tokens: room for two or three short sections.
+    write_plan(make_plan(index, encoder, 250), path)
+    return path
+
+
+def test_cli_evaluates_a_plan_like_the_library(
+    index: Index, encoder: LocalPrefixEncoder, corpus: Path, plan_file: Path
+) -> None:
+    out = run_cli("--plan", str(plan_file), "--questions", str(corpus / "qa.jsonl"), "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    plan = ResidencyPlan.model_validate_json(plan_file.read_bytes())
+    assert plan.resident  # the plan keeps something resident
+    expected = evaluate_coverage(
+        index, questions(), [ResidentSet.from_plan(plan, DEFAULT_K)], encoder, source="test"
+    )
+    assert got["results"][0]["name"] == "planner"
+    assert got["results"][0]["overall"] == expected.results[0].overall.model_dump(mode="json")
+    assert got["settings"]["tokenizer"] == encoder.name
+
+
+def test_cli_prints_a_table_for_a_plan(corpus: Path, plan_file: Path) -> None:
+    out = run_cli("--plan", str(plan_file), "--questions", str(corpus / "qa.jsonl"))
+    assert out.returncode == 0, out.stderr
+    assert "planner" in out.stdout
+    assert "coverage" in out.stdout
+    assert "By question type" in out.stdout
+
+
+def tiny_squad(path: Path) -> Path:
+    paragraphs = [
+        {
+            "context": f"{SECTIONS[k][0]} [SEP] {SECTIONS[k][1]}",
+            "qas": [
+                {"id": f"{k}-{i}", "question": q, "answers": [{"text": "x"}]}
+                for i, (q, g, *_) in enumerate(QUESTIONS * 2)
+                if g == k
+            ]
+            + [
+                {
+                    "id": f"{k}-t",
+                    "question": f"{SECTIONS[k][0]}とは何か",
+                    "answers": [{"text": "x"}],
+                }
+            ],
+        }
+        for k in ("alarm", "wind", "battery", "boat", "paint")
+    ]
+    path.write_text(json.dumps({"data": [{"title": "灯台", "paragraphs": paragraphs}]}), "utf-8")
+    return path
+
+
+def test_cli_simulation_compares_every_strategy_and_reuses_its_index(tmp_path: Path) -> None:
+    squad = tiny_squad(tmp_path / "squad.json")
+    args = ("--squad", str(squad), "--budget", "260", "--log-size", "200", "--eval-size", "100")
+    out = run_cli(*args, "--cache-dir", str(tmp_path / "cache"), "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    names = [r["name"] for r in report["results"]]
+    assert names == ["rag-top3", "rag-top5", "cag", "random", "frequency", "density", "planner"]
+    assert {r["overall"]["questions"] for r in report["results"]} == {100}
+    assert [r["k"] for r in report["results"]] == [3, 5, 5, 5, 5, 5, 5]
+    for r in report["results"]:
+        assert r["prefix_tokens"] <= 260
+        assert (r["resident_sections"] == 0) == r["name"].startswith("rag")
+    assert report["settings"]["embedder"] is None  # BM25-only by default, and it says so
+    assert any("BM25-only" in n and "built" in n for n in report["notes"])
+    again = run_cli(*args, "--cache-dir", str(tmp_path / "cache"), "--json")
+    assert any("reused" in n for n in json.loads(again.stdout)["notes"])
+    assert json.loads(again.stdout)["results"] == report["results"]  # seeded: same run
+
+
+def corrupt_plan(plan_file: Path, path: Path, **update: str) -> Path:
+    plan = ResidencyPlan.model_validate_json(plan_file.read_bytes())
+    write_plan(plan.model_copy(update=update), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ("--squad", "{tmp}/none.json"), "--squad {tmp}/none.json: no such", id="squad-missing"
+        ),
+        pytest.param(("--squad", "{squad}", "--budget", "0"), "--budget 0", id="budget-zero"),
+        pytest.param(("--squad", "{squad}", "--budget", "-5"), "--budget -5", id="budget-negative"),
+        pytest.param(("--squad", "{squad}", "--zipf", "0"), "--zipf 0", id="zipf-zero"),
+        pytest.param(("--squad", "{squad}", "--log-size", "0"), "--log-size 0", id="log-size"),
+        pytest.param(("--squad", "{squad}", "--eval-size", "0"), "--eval-size 0", id="eval-size"),
+        pytest.param(("--squad", "{squad}", "--k", "0"), "--k 0", id="k-zero"),
+        pytest.param(("--squad", "{squad}", "--hedge", "-1"), "--hedge -1", id="hedge-negative"),
+        pytest.param(
+            ("--plan", "{tmp}/none.json", "--questions", "{qa}"),
+            "--plan {tmp}/none.json",
+            id="plan-missing",
+        ),
+        pytest.param(
+            ("--plan", "{plan}", "--questions", "{tmp}/none.jsonl"),
+            "--questions",
+            id="questions-missing",
+        ),
+        pytest.param(("--plan", "{plan}"), "needs --questions", id="plan-without-questions"),
+        pytest.param(
+            ("--plan", "{hash_plan}", "--questions", "{qa}"),
+            "made from corpus 000000000000",
+            id="corpus-hash",
+        ),
+        pytest.param(
+            ("--plan", "{dir_plan}", "--questions", "{qa}"),
+            "not a residency index",
+            id="index-gone",
+        ),
+        pytest.param(
+            ("--plan", "{plan}", "--squad", "{squad}"), "pass either --plan", id="both-modes"
+        ),
+        pytest.param((), "pass either --plan", id="no-mode"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_1(
+    args: tuple[str, ...], message: str, tmp_path: Path, corpus: Path, plan_file: Path
+) -> None:
+    paths = {
+        "tmp": str(tmp_path),
+        "qa": str(corpus / "qa.jsonl"),
+        "plan": str(plan_file),
+        "squad": str(tiny_squad(tmp_path / "squad.json")),
+        "hash_plan": str(corrupt_plan(plan_file, tmp_path / "p1.json", corpus_hash="0" * 64)),
+        "dir_plan": str(corrupt_plan(plan_file, tmp_path / "p2.json", index_dir=str(tmp_path))),
+    }
+    out = run_cli(*(a.format(**paths) for a in args), "--cache-dir", str(tmp_path / "cache"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("error: ")
+    assert message.format(**paths) in lines[0]
+    assert "Traceback" not in out.stderr
