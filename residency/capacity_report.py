@@ -272,12 +272,14 @@ def _server_report(req: CapacityRequest) -> CapacityReport:
     settings = _settings(req, **overrides)
     num_blocks = _label_int(labels, "num_gpu_blocks") or 0
     kv_bytes = _label_int(labels, "kv_cache_memory_bytes")
+    if _label_int(labels, "num_gpu_blocks_override") is not None:
+        kv_bytes = None  # --num-gpu-blocks-override caps the pool below the KV bytes
     layout = build_kv_layout(model.spec, settings)
     source = "server label kv_cache_memory_bytes"
     if kv_bytes is None:
-        # Profiled on the server's GPU: vLLM's block count is the measurement.
+        # Profiled on the server's GPU (or overridden): vLLM's block count is the measurement.
         kv_bytes = num_blocks * layout.bytes_per_block
-        source = "server num_gpu_blocks x planner bytes per block (profiled by vLLM)"
+        source = "server num_gpu_blocks x planner bytes per block (vLLM's own block count)"
     plan = plan_capacity(model.spec, settings, kv_bytes, req.reserves)
     comparison = ServerComparison(
         served_model=served.id,

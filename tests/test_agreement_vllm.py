@@ -77,6 +77,7 @@ def test_planner_matches_vllm_cpu_server(
             server.base_url,
             "--platform",
             "cpu",
+            "--capacity-only",
             "--json",
         ],
         capture_output=True,

@@ -28,12 +28,14 @@ def _register() -> None:
     from residency.cli import eval as eval_cli
     from residency.cli import index as index_cli
     from residency.cli import plan, profiles
+    from residency.cli import warm as warm_cli
 
     app.command("plan")(plan.plan)
     app.command("profiles")(profiles.profiles)
     app.command("index")(index_cli.index)
     app.add_typer(eval_cli.app, name="eval")
     app.add_typer(corpus_cli.app, name="corpus")
+    app.command("warm")(warm_cli.warm)
 
 
 _register()

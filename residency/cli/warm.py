@@ -1,0 +1,177 @@
+"""`residency warm`: prefill the plan's prefix in vLLM, prove it is cached, keep it so (--watch)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from residency.planning.plan_model import ResidencyPlan, read_plan
+from residency.warm import WarmOptions, WarmReport
+from residency.warm import warm as run_warm
+from residency.warm_watch import WatchEvent, WatchSettings, watch
+
+EXIT_NOT_CACHED = 2
+_WATCH = "Keep warm (--watch)"
+
+
+def warm(
+    plan: Annotated[Path, typer.Option(help="plan.json from `residency plan`.")],
+    server: Annotated[
+        str, typer.Option(help="Base URL of the vLLM server.")
+    ] = "http://127.0.0.1:8000",
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for /health (exponential backoff).")
+    ] = 120.0,
+    request_timeout: Annotated[
+        float, typer.Option(help="Seconds one prefill or probe request may take.")
+    ] = 300.0,
+    max_sightings: Annotated[
+        int,
+        typer.Option(
+            help="Re-sends of the prefix until one hits (hybrid models may admit a prefix only "
+            "on a later sighting); 0: send once, a check that exits 2 unless already resident."
+        ),
+    ] = 4,
+    allow_model_mismatch: Annotated[
+        bool,
+        typer.Option(
+            "--allow-model-mismatch",
+            help="Accept a served model whose name differs from the plan's (the tokenizer, "
+            "max_model_len and prefix hash are still checked).",
+        ),
+    ] = False,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="VLLM_API_KEY", help="Bearer token (vLLM --api-key).")
+    ] = None,
+    watch_: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="Keep the prefix resident: probe every --interval s, re-warm on a miss, wait "
+            "out restarts; stops on SIGINT/SIGTERM.",
+            rich_help_panel=_WATCH,
+        ),
+    ] = False,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between probes.", rich_help_panel=_WATCH)
+    ] = 15.0,
+    max_backoff: Annotated[
+        float,
+        typer.Option(help="Longest wait while the server is down.", rich_help_panel=_WATCH),
+    ] = 60.0,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve residency_warm_* Prometheus metrics on this port.", rich_help_panel=_WATCH
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option(help="Address the metrics endpoint binds.", rich_help_panel=_WATCH)
+    ] = "127.0.0.1",
+    json: Annotated[
+        bool, typer.Option("--json", help="One JSON object (--watch: one per event line).")
+    ] = False,
+) -> None:
+    """Prefill the plan's shared prompt prefix in vLLM and prove it is cached (exit 2 if not)."""
+    options = WarmOptions(
+        server=server,
+        timeout_s=timeout,
+        request_timeout_s=request_timeout,
+        max_sightings=max_sightings,
+        allow_model_mismatch=allow_model_mismatch,
+        api_key=api_key,
+    )
+    residency_plan = read_plan(plan)
+    if watch_:
+        if interval <= 0 or max_backoff <= 0:
+            raise typer.BadParameter("--interval and --max-backoff must be > 0")
+        settings = WatchSettings(interval, max_backoff, metrics_port, metrics_host)
+        _watch(residency_plan, options, settings, json)
+        return
+    report = run_warm(residency_plan, options)
+    if json:
+        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    else:
+        render(report, Console(soft_wrap=True))
+    if not report.resident:
+        Console(stderr=True, soft_wrap=True).print(
+            f"[bold red]error:[/] prefix not cached after {report.sightings} sightings: "
+            f"{report.cached_tokens:,} of {report.expected_cached_tokens:,} expected tokens "
+            f"(raise --max-sightings, or check the server's KV cache size)",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_NOT_CACHED)
+
+
+def render(report: WarmReport, console: Console) -> None:
+    """A readable summary: what is cached, vLLM's numbers, TTFT."""
+    state = "[bold green]resident[/]" if report.resident else "[bold red]NOT cached[/]"
+    first = report.sends[0]
+    console.print(
+        f"{state}: {report.shared_prefix_tokens:,}-token shared prefix "
+        f"(plan prefix {report.prefix_tokens:,} tokens, {report.prefix_hash[:19]}…) on "
+        f"{escape(report.served_model)} at {report.server}"
+    )
+    last = report.sends[-1]
+    metric = (
+        f"; vLLM prefix-cache hits +{last.metrics_hit_tokens:,} of "
+        f"+{last.metrics_query_tokens:,} queried"
+        if last.metrics_hit_tokens is not None and last.metrics_query_tokens is not None
+        else ""
+    )
+    console.print(
+        f"cached {report.cached_tokens:,} of {report.expected_cached_tokens:,} expected tokens "
+        f"(block {report.block_size}){metric}"
+    )
+    if report.resident and len(report.sends) == 1:
+        console.print(
+            f"already resident: probe TTFT {report.warm_ttft_s:.3f} s, no cold prefill "
+            f"[dim]({report.ttft_method})[/]",
+            highlight=False,
+        )
+    else:
+        ratio = report.warm_ttft_s / report.cold_ttft_s if report.cold_ttft_s else 0.0
+        console.print(
+            f"TTFT first prefill {report.cold_ttft_s:.3f} s ({first.hit_tokens():,} cached) -> "
+            f"probe {report.warm_ttft_s:.3f} s ({ratio:.2f}x); {report.sightings} sighting(s) "
+            f"before the hit [dim]({report.ttft_method})[/]",
+            highlight=False,
+        )
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+
+
+def _watch(plan: ResidencyPlan, options: WarmOptions, settings: WatchSettings, json: bool) -> None:
+    """Run the loop with SIGINT/SIGTERM setting the stop event (a second signal aborts)."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        watch(plan, options, settings, lambda e: _print_event(e, json), stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _print_event(event: WatchEvent, json: bool) -> None:
+    """One line per event: JSON, or `TIME event=NAME message`."""
+    if json:
+        line = orjson.dumps(event.model_dump(mode="json", exclude_none=True)).decode()
+    else:
+        line = f"{event.at:%Y-%m-%dT%H:%M:%SZ} event={event.event} {event.message}"
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
