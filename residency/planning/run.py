@@ -64,14 +64,14 @@ def snapshot(report: CapacityReport) -> CapacitySnapshot:
 
 
 def sample_index(progress: BuildProgress | None) -> Index:
-    """The sample corpus's index under .cache/, built on first use (dense + BM25)."""
+    """The sample corpus's index under .cache/ (dense + BM25), refreshed on every use: the
+    rebuild is incremental (unchanged chunks keep their vectors), so an edited sample corpus is
+    never planned from a stale index and an unchanged one costs a fraction of a second."""
     index_dir = CACHE_DIR / "sample-index"
     tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
-    manifest_ok = (index_dir / "manifest.json").is_file()
-    if not manifest_ok:
-        build_index(
-            SAMPLE_CORPUS, index_dir, IndexOptions(), LocalTokenCounter(tokenizer_dir), progress
-        )
+    build_index(
+        SAMPLE_CORPUS, index_dir, IndexOptions(), LocalTokenCounter(tokenizer_dir), progress
+    )
     return open_index(index_dir)
 
 
