@@ -209,7 +209,9 @@ def test_hybrid_server_starts_and_completes(
         name="hybrid",
     )
     body = _post(
-        server, "/v1/completions", {"model": "tiny", "prompt": "港の灯り", "max_tokens": 2}
+        server,
+        "/v1/completions",
+        {"model": "tiny", "prompt": "港の灯り", "max_tokens": 2, "ignore_eos": True},
     )
     assert body["usage"]["completion_tokens"] == 2
 

@@ -512,10 +512,15 @@ def test_watch_rewarms_after_eviction_reset_sleep_and_restart(
         assert back["cached_tokens"] == expected
         assert watcher.metric("residency_warm_server_up") == 1
         assert warm_json(plan, url)["sightings"] == 0
-        probes = watcher.metric("residency_warm_probes_total")
-        hits = watcher.metric("residency_warm_probe_hits_total")
-        assert watcher.metric("residency_warm_resident_hit_ratio") == pytest.approx(
-            hits / probes, abs=0.05
-        )
+        # One scrape, so the counters and the ratio describe the same moment.
+        text = httpx.get(f"http://127.0.0.1:{watcher.metrics_port}/metrics", timeout=10).text
+        samples = parse_prometheus(text)
+        probes = sum_samples(samples, "residency_warm_probes_total")
+        hits = sum_samples(samples, "residency_warm_probe_hits_total")
+        ratio = sum_samples(samples, "residency_warm_resident_hit_ratio")
+        assert probes is not None
+        assert probes > 0
+        assert hits is not None
+        assert ratio == pytest.approx(hits / probes, abs=1e-9), text
         assert watcher.stop() == 0
     assert watcher.events[-1]["event"] == "stop"
