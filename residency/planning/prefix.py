@@ -14,6 +14,7 @@ from typing import Protocol
 
 from residency.corpus.model import Section
 from residency.errors import ConfigError
+from residency.token_count import ApproxTokenCounter
 from residency.vllm_client import VllmClient
 
 DEFAULT_INSTRUCTIONS = (
@@ -98,17 +99,19 @@ class ServerPrefixEncoder:
 
 
 class ApproxPrefixEncoder:
-    """No tokenizer: ceil(UTF-8 bytes / 3) tokens and no ids (the plan says so)."""
+    """No tokenizer: the index's labelled approximation (`ApproxTokenCounter`) and no ids."""
 
-    name = "approx: ceil(utf-8 bytes / 3)"
+    def __init__(self) -> None:
+        self._counter = ApproxTokenCounter()
+        self.name = self._counter.info.name
 
     def encode(self, text: str) -> list[int] | None:
         """No ids without a tokenizer."""
         return None
 
     def count(self, text: str) -> int:
-        """Approximate count."""
-        return -(-len(text.encode("utf-8")) // 3)
+        """Approximate count, the same rule the index used for section tokens."""
+        return self._counter.count([text])[0]
 
 
 @dataclass(frozen=True, slots=True)
