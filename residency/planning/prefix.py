@@ -29,14 +29,24 @@ PAD_HEADER = "\n\n<!-- padding -->\n"
 PAD_UNITS: tuple[str, ...] = ("- ", "-", ". ", "x ", "・")
 
 
-def render_section(section: Section) -> str:
-    """One section as it appears in prompts (resident prefix and retrieved chunks alike)."""
+def section_header(section: Section) -> str:
+    """'[id: ...] title [日付: YYYY-MM-DD]': how a section or a passage of it is introduced."""
     head = f"[id: {section.id}]"
     if section.title:
         head += f" {section.title}"
     if section.date is not None:
         head += f" [日付: {section.date.isoformat()}]"
-    return f"{head}\n{section.text.strip()}"
+    return head
+
+
+def render_section(section: Section) -> str:
+    """One section as it appears in the resident prefix."""
+    return f"{section_header(section)}\n{section.text.strip()}"
+
+
+def render_passage(section: Section, text: str) -> str:
+    """A retrieved passage (a chunk's text) under its section's header."""
+    return f"{section_header(section)}\n{text.strip()}"
 
 
 def render_prefix(instructions: str, sections: Sequence[Section]) -> str:
