@@ -24,10 +24,12 @@ _err = Console(stderr=True, soft_wrap=True)
 
 
 def _register() -> None:
+    from residency.cli import bench as bench_cli
     from residency.cli import corpus as corpus_cli
     from residency.cli import eval as eval_cli
     from residency.cli import index as index_cli
     from residency.cli import plan, profiles
+    from residency.cli import serve as serve_cli
     from residency.cli import warm as warm_cli
 
     app.command("plan")(plan.plan)
@@ -36,6 +38,8 @@ def _register() -> None:
     app.add_typer(eval_cli.app, name="eval")
     app.add_typer(corpus_cli.app, name="corpus")
     app.command("warm")(warm_cli.warm)
+    app.command("serve")(serve_cli.serve)
+    app.command("bench")(bench_cli.bench)
 
 
 _register()

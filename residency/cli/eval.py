@@ -27,7 +27,8 @@ from residency.retrieval import DEFAULT_WEIGHTS
 
 app = typer.Typer(
     name="eval",
-    help="Evaluate retrieval (recall, history, budgets) and coverage (resident prefix + routing).",
+    help="Evaluate retrieval (recall, history, budgets), coverage (resident prefix + routing), "
+    "answers (LLM judge) and the pruner.",
     no_args_is_help=True,
 )
 
@@ -164,10 +165,14 @@ def render(report: RetrievalEvalReport, history: Path, console: Console) -> None
     console.print(f"history: appended to {escape(str(history))}")
 
 
-def _register_coverage() -> None:
+def _register_subcommands() -> None:
+    from residency.cli.eval_answers import answers
     from residency.cli.eval_coverage import coverage
+    from residency.cli.eval_prune import prune
 
     app.command("coverage")(coverage)
+    app.command("answers")(answers)
+    app.command("prune")(prune)
 
 
-_register_coverage()
+_register_subcommands()

@@ -1,0 +1,158 @@
+"""Coverage vs resident budget for the planner and the baselines, on a plan's own index and log.
+
+At each budget (fractions of the plan's budget) every strategy is planned with the plan's
+capacity snapshot, its index and its query log, and scored with `residency eval coverage`'s
+machinery (`evaluate_resident_set`: same routing k / margin / hedge, same rankings for every
+row) on a questions file with gold `relevant_ids`. RAG-only top-k keeps nothing resident, so its
+coverage is the same at every budget. Budgets too small for the instructions are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from planner import InfeasiblePlanError
+from residency.bench.report import CoverageCurve, CoveragePoint
+from residency.errors import ConfigError
+from residency.eval_coverage import (
+    DEFAULT_PREFETCH,
+    RAG_BASELINE_KS,
+    ResidentSet,
+    chunk_token_counts,
+    evaluate_resident_set,
+    rank_queries,
+)
+from residency.eval_retrieval import load_questions
+from residency.index import BuildProgress, Index, open_index
+from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.plan_model import ResidencyPlan, Strategy
+from residency.planning.prefix import (
+    ApproxPrefixEncoder,
+    LocalPrefixEncoder,
+    PrefixEncoder,
+    ServerPrefixEncoder,
+)
+from residency.query_log import LogEntry, read_query_log
+from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+
+DEFAULT_BUDGET_FRACTIONS: tuple[float, ...] = (0.125, 0.25, 0.5, 0.75, 1.0)
+CURVE_STRATEGIES: tuple[Strategy, ...] = ("planner", "frequency", "density", "random", "cag")
+
+
+class MemoEncoder:
+    """A PrefixEncoder that remembers counts and ids: each plan re-counts every section."""
+
+    def __init__(self, inner: PrefixEncoder) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self._ids: dict[str, list[int] | None] = {}
+        self._counts: dict[str, int] = {}
+
+    def encode(self, text: str) -> list[int] | None:
+        """The inner encoder's ids, once per text."""
+        if text not in self._ids:
+            self._ids[text] = self._inner.encode(text)
+        return self._ids[text]
+
+    def count(self, text: str) -> int:
+        """The inner encoder's count, once per text."""
+        if text not in self._counts:
+            self._counts[text] = self._inner.count(text)
+        return self._counts[text]
+
+
+def plan_encoder(plan: ResidencyPlan, index: Index, notes: list[str]) -> PrefixEncoder:
+    """The tokenizer the plan was made with: local dir, server, the index's, else approximate."""
+    name = plan.prefix.tokenizer
+    if name.startswith("tokenizer:") and Path(name.removeprefix("tokenizer:")).exists():
+        return LocalPrefixEncoder(Path(name.removeprefix("tokenizer:")))
+    if name.startswith("server:"):
+        return ServerPrefixEncoder(name.removeprefix("server:").split(" (", 1)[0])
+    if index.manifest.token_count.method == "tokenizer":
+        path = Path(index.manifest.token_count.name)
+        if (path / "tokenizer.json").is_file():
+            return LocalPrefixEncoder(path)
+    notes.append(f"token counts are approximate: the plan's tokenizer ({name}) is not reachable")
+    return ApproxPrefixEncoder()
+
+
+def coverage_vs_budget(
+    plan: ResidencyPlan,
+    questions_path: Path,
+    *,
+    fractions: Sequence[float] = DEFAULT_BUDGET_FRACTIONS,
+    k: int = DEFAULT_K,
+    margin: int = DEFAULT_MARGIN,
+    hedge: int = DEFAULT_HEDGE,
+    prefetch: int = DEFAULT_PREFETCH,
+    progress: BuildProgress | None = None,
+) -> CoverageCurve:
+    """Coverage of every strategy at budgets `fractions` x the plan's budget."""
+    if not questions_path.is_file():
+        raise ConfigError(f"--questions {questions_path}: no such file")
+    index = open_index(Path(plan.index_dir))
+    if index.manifest.corpus_hash != plan.corpus_hash:
+        raise ConfigError(
+            f"the plan was made from corpus {plan.corpus_hash[:12]}, but its index "
+            f"{plan.index_dir} now holds {index.manifest.corpus_hash[:12]}: re-plan"
+        )
+    notes: list[str] = []
+    entries: tuple[LogEntry, ...] = ()
+    if plan.log.path and Path(plan.log.path).is_file():
+        entries = read_query_log(Path(plan.log.path)).entries
+    else:
+        notes.append("the plan's query log is not readable here: density-only planning")
+    mass = log_mass(index, entries) if entries else {}
+    encoder = MemoEncoder(plan_encoder(plan, index, notes))
+    answerable = [q for q in load_questions(questions_path) if q.relevant_ids]
+    if progress is not None:
+        progress.start("ranking questions", len({q.query for q in answerable}))
+    rankings = rank_queries(
+        index, [q.query for q in answerable], prefetch, progress.advance if progress else None
+    )
+    tokens = chunk_token_counts(index, encoder)
+    budgets = sorted({max(1, int(plan.capacity.resident_budget_tokens * f)) for f in fractions})
+    if progress is not None:
+        progress.start("planning budgets", len(budgets) * len(CURVE_STRATEGIES) + 1)
+    points: list[CoveragePoint] = []
+
+    def score(resident: ResidentSet, budget: int) -> None:
+        row = evaluate_resident_set(index, answerable, rankings, resident, tokens, margin, hedge)
+        points.append(
+            CoveragePoint(
+                strategy=row.name,
+                budget_tokens=budget,
+                prefix_tokens=row.prefix_tokens,
+                coverage=row.overall.coverage,
+                resident_share=row.overall.resident_share,
+            )
+        )
+
+    for budget in budgets:
+        capacity = plan.capacity.model_copy(update={"resident_budget_tokens": budget})
+        for strategy in CURVE_STRATEGIES:
+            options = PlanOptions(strategy=strategy, log_summary=plan.log)
+            try:
+                planned = build_plan(index, mass, capacity, encoder, options)
+            except InfeasiblePlanError:
+                notes.append(f"budget {budget}: too small for {strategy}; skipped")
+                continue
+            finally:
+                if progress is not None:
+                    progress.advance(1)
+            score(ResidentSet.from_plan(planned, k), budget)
+    rag = build_plan(index, mass, plan.capacity, encoder, PlanOptions(strategy="rag"))
+    for rag_k in RAG_BASELINE_KS:
+        for budget in budgets:
+            score(ResidentSet.from_plan(rag, rag_k), budget)
+    if progress is not None:
+        progress.advance(1)
+    return CoverageCurve(
+        questions_source=str(questions_path),
+        questions=len(answerable),
+        log_source=plan.log.path,
+        plan_budget_tokens=plan.capacity.resident_budget_tokens,
+        points=tuple(points),
+        notes=tuple(dict.fromkeys(notes)),
+    )

@@ -1,0 +1,141 @@
+"""`residency bench`: cold vs warm TTFT per prompt length on a running vLLM (table, JSON, plot)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress
+from rich.table import Table
+
+from residency.bench.coverage_curve import coverage_vs_budget
+from residency.bench.plot import plot_bench
+from residency.bench.report import BenchReport, TtftStats, dump_report
+from residency.bench.ttft import DEFAULT_LENGTHS, BenchOptions, run_bench
+from residency.cli.progress import BarProgress
+from residency.errors import ConfigError
+from residency.planning.plan_model import read_plan
+
+_DEFAULT_LENGTHS = ",".join(map(str, DEFAULT_LENGTHS))
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    """'2000,8000' -> (2000, 8000); `ConfigError` for anything but positive integers."""
+    try:
+        lengths = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--lengths {text!r}: give comma-separated token counts") from None
+    if not lengths or min(lengths) < 1:
+        raise ConfigError(f"--lengths {text!r}: give positive token counts, e.g. 2000,8000")
+    return lengths
+
+
+def bench(
+    server: Annotated[str, typer.Option(help="Base URL of the vLLM server to measure.")],
+    plan: Annotated[
+        Path | None,
+        typer.Option(help="plan.json: its prefix is the prompt text, and one row is its prefix."),
+    ] = None,
+    lengths: Annotated[
+        str, typer.Option(help="Prompt lengths in tokens, comma-separated.")
+    ] = _DEFAULT_LENGTHS,
+    repeats: Annotated[int, typer.Option(help="Timed warm sends per length.")] = 5,
+    cold_repeats: Annotated[
+        int, typer.Option(help="Cold sends per length, each with a fresh salt.")
+    ] = 3,
+    model: Annotated[
+        str | None, typer.Option(help="Served model (default: the server's only one).")
+    ] = None,
+    questions: Annotated[
+        Path | None,
+        typer.Option(help="qa.jsonl with relevant_ids: with --plan, coverage vs budget."),
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print only one JSON object.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option(help="Write a PNG: TTFT vs length (+ coverage vs budget).")
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="VLLM_API_KEY", help="Bearer token (vLLM --api-key).")
+    ] = None,
+) -> None:
+    """Measure cold (never-seen prefix) and warm (cached) TTFT per prompt length on a server."""
+    options = BenchOptions(
+        server=server,
+        model=model,
+        lengths=parse_lengths(lengths),
+        repeats=repeats,
+        cold_repeats=cold_repeats,
+        api_key=api_key,
+    )
+    if questions is not None and plan is None:
+        raise ConfigError("--questions draws coverage vs budget for a plan: pass --plan too")
+    residency_plan = read_plan(plan) if plan is not None else None
+    err = Console(stderr=True, soft_wrap=True)
+    with Progress(console=err, transient=True, disable=json) as bar:
+        progress = BarProgress(bar)
+        report = run_bench(options, residency_plan, progress)
+        if residency_plan is not None and questions is not None:
+            curve = coverage_vs_budget(residency_plan, questions, progress=progress)
+            report = report.model_copy(update={"coverage": curve})
+    if plot is not None:
+        plot_bench(report, plot)
+    if json:
+        typer.echo(dump_report(report))
+        return
+    render(report, Console(soft_wrap=True))
+    if plot is not None:
+        Console(soft_wrap=True).print(f"plot: {escape(str(plot))}")
+
+
+def _spread(stats: TtftStats) -> str:
+    return f"{stats.median_s:.3f} ({stats.p10_s:.3f}-{stats.p90_s:.3f})"
+
+
+def render(report: BenchReport, console: Console) -> None:
+    """The TTFT table (medians, p10-p90), the cache evidence, coverage and warnings."""
+    table = Table(
+        title=f"TTFT on {escape(report.served_model)} at {report.server} "
+        f"(block {report.block_size}, max_model_len {report.max_model_len:,})",
+        title_justify="left",
+    )
+    for name in ("length", "tokens", "cold s (p10-p90)", "warm s (p10-p90)", "warm/cold"):
+        table.add_column(name, justify="right")
+    table.add_column("cold cached", justify="right")
+    table.add_column("warm cached / expected", justify="right")
+    for row in report.results:
+        ratio = f"{row.warm_over_cold:.3f}" if row.warm_over_cold is not None else "-"
+        cold_cached = f"{max(row.cold_cached_tokens):,}" + ("" if row.cold_verified else " !")
+        warm_cached = f"{min(row.warm_cached_tokens):,} / {row.expected_cached_tokens:,}"
+        table.add_row(
+            row.label,
+            f"{row.prompt_tokens:,}",
+            _spread(row.cold),
+            _spread(row.warm),
+            ratio,
+            cold_cached,
+            warm_cached + ("" if row.warm_resident else " !"),
+        )
+    console.print(table)
+    console.print(
+        f"[dim]{report.cold_repeats} cold send(s) per length, each salted so no block can match; "
+        f"{report.repeats} timed warm send(s) after admission; text: {escape(report.text_source)}; "
+        f"cached tokens from {report.cached_source}; {report.ttft_method}[/]",
+        highlight=False,
+    )
+    if report.coverage is not None:
+        curve = report.coverage
+        best: dict[str, float] = {}
+        for p in curve.points:
+            if p.budget_tokens == max(q.budget_tokens for q in curve.points):
+                best[p.strategy] = p.coverage
+        shares = ", ".join(f"{name} {cov:.3f}" for name, cov in best.items())
+        console.print(
+            f"coverage at {max(p.budget_tokens for p in curve.points):,} tokens on "
+            f"{curve.questions} questions: {shares}",
+            highlight=False,
+        )
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")

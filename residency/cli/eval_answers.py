@@ -1,0 +1,296 @@
+"""`residency eval answers`: answers of rag, whole-text and residency graded by an LLM judge,
+side by side (registered on the `residency eval` app)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from residency.cli.progress import BarProgress
+from residency.errors import ConfigError
+from residency.eval_answers import (
+    STRATEGIES,
+    AnswerEvalJob,
+    AnswerEvalReport,
+    ScoreSummary,
+    default_strategies,
+    load_answer_questions,
+    run_answer_eval,
+)
+from residency.eval_answers.judge import DEFAULT_JUDGE_MAX_TOKENS
+from residency.eval_answers.records import StrategyName
+from residency.eval_answers.run import DEFAULT_K, DEFAULT_MAX_TOKENS
+from residency.eval_answers.scoring import diagnose
+from residency.index import open_index
+from residency.planning.run import REPO_ROOT, sample_index
+
+SAMPLE_QUESTIONS = REPO_ROOT / "corpora" / "harbor-lights" / "qa.jsonl"
+FAILURES_SHOWN = 20
+
+
+def answers(
+    questions: Annotated[
+        Path,
+        typer.Option(
+            help="jsonl: id, query, relevant_ids (gold section ids), type, answer (reference).",
+            show_default="the sample corpus's qa.jsonl",
+        ),
+    ] = SAMPLE_QUESTIONS,
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            help="Index for rag retrieval and whole text (default: the sample corpus's, built "
+            "under .cache/ on first use).",
+        ),
+    ] = None,
+    strategy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="rag, whole or residency (repeatable; default rag + whole, + residency with "
+            "--router)."
+        ),
+    ] = None,
+    generator: Annotated[
+        str | None, typer.Option(help="OpenAI-compatible URL answering rag and whole (vLLM).")
+    ] = None,
+    generator_model: Annotated[
+        str | None, typer.Option(help="Model to ask for (default: the server's only model).")
+    ] = None,
+    judge: Annotated[
+        str | None,
+        typer.Option(help="OpenAI-compatible URL of the judge (default: --generator)."),
+    ] = None,
+    judge_model: Annotated[
+        str | None, typer.Option(help="Judge model (default: the judge server's only model).")
+    ] = None,
+    router: Annotated[
+        str | None, typer.Option(help="URL of `residency serve` (strategy residency).")
+    ] = None,
+    plan: Annotated[
+        Path | None,
+        typer.Option(help="plan.json the router serves: resident gold counts as visible."),
+    ] = None,
+    k: Annotated[int, typer.Option("--k", help="Passages retrieved per question (rag).")] = (
+        DEFAULT_K
+    ),
+    max_tokens: Annotated[
+        int, typer.Option(help="max_tokens of every answer (temperature 0).")
+    ] = DEFAULT_MAX_TOKENS,
+    judge_max_tokens: Annotated[
+        int, typer.Option(help="max_tokens of every judge verdict.")
+    ] = DEFAULT_JUDGE_MAX_TOKENS,
+    limit: Annotated[
+        int | None, typer.Option(help="Only the first N questions of the file.")
+    ] = None,
+    records: Annotated[
+        Path | None,
+        typer.Option(help="Write per-question records here (jsonl, one line per answer)."),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(help="Bearer token for every endpoint.", envvar="RESIDENCY_API_KEY"),
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Generate answers per strategy, grade them 0/1/2 with an LLM judge, compare side by side."""
+    if limit is not None and limit < 1:
+        raise ConfigError(f"--limit {limit}: must be at least 1")
+    names = _strategies(strategy or [], router)
+    qs = load_answer_questions(questions)[:limit]
+    err = Console(stderr=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        transient=True,
+        disable=json or not err.is_terminal,
+    )
+    with bar:
+        opened = sample_index(BarProgress(bar)) if index is None else open_index(index)
+        job = AnswerEvalJob(
+            questions_path=questions,
+            questions=qs,
+            index=opened,
+            strategies=names,
+            generator=generator,
+            generator_model=generator_model,
+            judge=judge,
+            judge_model=judge_model,
+            router=router,
+            plan=plan,
+            k=k,
+            max_tokens=max_tokens,
+            judge_max_tokens=judge_max_tokens,
+            records_path=records,
+            api_key=api_key,
+        )
+        report = run_answer_eval(job, BarProgress(bar))
+    if json:
+        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    else:
+        render_answers(report, Console(), records)
+
+
+def _strategies(given: list[str], router: str | None) -> tuple[StrategyName, ...]:
+    """The --strategy values, checked, or the default set."""
+    if not given:
+        return default_strategies(router)
+    out: list[StrategyName] = []
+    for name in given:
+        match = next((s for s in STRATEGIES if s == name.strip().lower()), None)
+        if match is None:
+            raise ConfigError(f"--strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
+        out.append(match)
+    return tuple(dict.fromkeys(out))
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
+def _pct(part: int, whole: int) -> str:
+    return "n/a" if whole == 0 else f"{100 * part / whole:.0f}%"
+
+
+def _table(title: str, lead: tuple[str, ...], tail: tuple[str, ...]) -> Table:
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for name in lead:
+        table.add_column(name, no_wrap=True)
+    for name in tail:
+        table.add_column(name, justify="right", no_wrap=True)
+    return table
+
+
+def _score_cells(s: ScoreSummary) -> list[str]:
+    return [
+        str(s.graded),
+        _num(s.mean_score, ".2f"),
+        _pct(s.correct, s.graded),
+        _pct(s.partial, s.graded),
+        _pct(s.hallucinated, s.graded),
+        _pct(s.abstained, s.graded),
+        _num(s.truthfulness, "+.2f"),
+        str(s.judge_errors),
+        str(s.generation_errors),
+    ]
+
+
+_SCORE_COLUMNS = (
+    "graded",
+    "score\n/2",
+    "cor-\nrect",
+    "part-\nial",
+    "wrong",
+    "abst-\nained",
+    "truth-\nful",
+    "judge\nerror",
+    "gen\nerror",
+)
+_COST_COLUMNS = (
+    "evidence\nvisible",
+    "prompt\ntokens",
+    "cached\ntokens",
+    "TTFT\ns",
+    "decode\ns",
+)
+
+
+def render_answers(report: AnswerEvalReport, console: Console, records: Path | None) -> None:
+    """Settings, the side-by-side tables, scores per type, failures, notes."""
+    s = report.settings
+    console.print(
+        f"[bold]{report.evaluated}[/] questions ({escape(s.questions)}); generator "
+        f"{escape(str(s.generator))} ({escape(str(s.generator_model))}), judge "
+        f"{escape(s.judge)} ({escape(s.judge_model)})"
+        + (f", router {escape(s.router)}" if s.router else "")
+        + f"; rag k={s.k}, max_tokens {s.max_tokens}, temperature 0",
+        highlight=False,
+    )
+    for r in report.strategies:
+        if r.skipped:
+            console.print(f"[yellow]{r.strategy} skipped:[/] {escape(r.skipped)}", highlight=False)
+    ran = [r for r in report.strategies if not r.skipped]
+    scores = _table("Answers, side by side", ("strategy",), _SCORE_COLUMNS)
+    cost = _table("Prompt, cache, latency (means over answers)", ("strategy",), _COST_COLUMNS)
+    cost.add_column("routes")
+    for r in ran:
+        scores.add_row(r.strategy, *_score_cells(r.overall))
+        share = r.evidence_visible_share
+        cost.add_row(
+            r.strategy,
+            "n/a" if share is None else f"{100 * share:.0f}%",
+            _num(r.mean_prompt_tokens, ",.0f"),
+            _num(r.mean_cached_tokens, ",.0f"),
+            _num(r.mean_ttft_s, ".3f"),
+            _num(r.mean_decode_s, ".3f"),
+            ", ".join(f"{k} {v}" for k, v in sorted(r.route_counts.items())),
+        )
+    console.print(scores)
+    console.print(cost)
+    types = list(dict.fromkeys(t for r in ran for t in r.by_type))
+    if len(types) > 1:
+        # generation errors are in the overall table; leaving them out keeps 80 columns
+        by_type = _table("By question type", ("type", "strategy"), _SCORE_COLUMNS[:-1])
+        for t in types:
+            for r in ran:
+                if t in r.by_type:
+                    by_type.add_row(escape(t), r.strategy, *_score_cells(r.by_type[t])[:-1])
+        console.print(by_type)
+    _render_failures(report, console)
+    for r in ran:
+        if r.overall.judge_errors:
+            console.print(
+                f"{r.strategy}: {r.overall.judge_errors} judge answer(s) could not be used "
+                "(judge_error): excluded from the means, not scored 0",
+                highlight=False,
+            )
+    for note in report.notes:
+        console.print(f"note: {escape(note)}", highlight=False)
+    if records is not None:
+        console.print(f"records: {escape(str(records))}", highlight=False)
+
+
+def _render_failures(report: AnswerEvalReport, console: Console) -> None:
+    """Answers not scored correct, with gold and retrieved ids: retrieval or generation miss."""
+    table = _table("Failures", ("strategy", "question", "type", "outcome", "why"), ())
+    table.add_column("gold ids")
+    table.add_column("retrieved ids (route)")
+    shown = 0
+    total = sum(len(r.failures) for r in report.strategies)
+    for r in report.strategies:
+        for f in r.failures:
+            if shown == FAILURES_SHOWN:
+                break
+            shown += 1
+            why = diagnose(f).replace("_", " ")
+            detail = f.generation_error or f.judge_error
+            retrieved = ", ".join(f.retrieved_ids) or "-"
+            table.add_row(
+                r.strategy,
+                escape(f.question_id),
+                escape(f.type),
+                f.outcome.replace("_", " "),
+                escape(why + (f": {detail[:60]}" if detail else "")),
+                escape(", ".join(f.relevant_ids) or "-"),
+                escape(retrieved + (f" ({f.route})" if f.route else "")),
+            )
+    if total:
+        console.print(table)
+        if total > shown:
+            console.print(f"... {total - shown} more failure(s): see --records or --json")

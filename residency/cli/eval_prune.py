@@ -1,0 +1,142 @@
+"""`residency eval prune`: context the listwise pruner removes on a SQuAD-style file, and the
+gold evidence it keeps (registered on the `residency eval` app)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from residency.cli.progress import BarProgress
+from residency.coverage_runs import COVERAGE_CACHE
+from residency.eval_prune import (
+    DEFAULT_PRUNE_K,
+    DEFAULT_PRUNE_LIMIT,
+    PruneEvalJob,
+    PruneEvalReport,
+    run_prune_eval,
+)
+from residency.pruner import PRUNER_SERVER_FLAG, PrunerSettings
+
+_DEFAULTS = PrunerSettings(url="http://localhost", model="-")
+
+
+def prune(
+    squad: Annotated[
+        Path, typer.Option(help="SQuAD-style JSON, e.g. ../shared/data/jsquad/valid-v1.3.json.")
+    ],
+    pruner_url: Annotated[
+        str,
+        typer.Option(
+            help="OpenAI-compatible endpoint of the grading model, e.g. http://127.0.0.1:8001 "
+            f"(vLLM: start it with {PRUNER_SERVER_FLAG})."
+        ),
+    ],
+    pruner_model: Annotated[
+        str | None, typer.Option(help="Model to grade with (default: the first one served).")
+    ] = None,
+    threshold: Annotated[
+        int, typer.Option(help="Keep chunks graded at or above this (5 essential .. 1 unrelated).")
+    ] = _DEFAULTS.threshold,
+    keep_top_k: Annotated[
+        int, typer.Option(help="Always keep this many top-ranked chunks, whatever their grade.")
+    ] = _DEFAULTS.keep_top_k,
+    k: Annotated[int, typer.Option("--k", help="Chunks retrieved per question.")] = DEFAULT_PRUNE_K,
+    limit: Annotated[
+        int, typer.Option(help="Questions to evaluate (spread evenly over the file).")
+    ] = DEFAULT_PRUNE_LIMIT,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds per pruner call before it keeps everything.")
+    ] = _DEFAULTS.timeout_s,
+    cache_dir: Annotated[
+        Path,
+        typer.Option(
+            help="Where the imported corpus and its BM25 index are kept (shared with "
+            "`eval coverage`).",
+            show_default=".cache/coverage",
+        ),
+    ] = COVERAGE_CACHE,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Share of retrieved chunks the pruner removes, gold evidence kept, and the latency it adds."""
+    err = Console(stderr=True)
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err,
+        transient=True,
+        disable=json or not err.is_terminal,
+    )
+    job = PruneEvalJob(
+        squad_file=squad,
+        url=pruner_url,
+        model=pruner_model,
+        threshold=threshold,
+        keep_top_k=keep_top_k,
+        k=k,
+        limit=limit,
+        timeout_s=timeout,
+        cache_dir=cache_dir,
+    )
+    with bar:
+        report = run_prune_eval(job, BarProgress(bar))
+    if json:
+        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    else:
+        render_prune(report, Console())
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def render_prune(report: PruneEvalReport, console: Console) -> None:
+    """Settings line, the kept-sets table, latency and failures."""
+    s = report.settings
+    console.print(
+        f"[bold]{report.questions}[/] questions ({escape(s.source)}), top-{s.k} chunks from "
+        f"{escape(s.index_dir)}; pruner {escape(s.model)} at {escape(s.url)}, keep grade >= "
+        f"{s.threshold} plus the top {s.keep_top_k}",
+        highlight=False,
+    )
+    table = Table(title="Pruning", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("kept set", no_wrap=True)
+    for name in ("chunks\nkept", "chunks\nremoved", "chars\nremoved", "gold\nretrieved"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("gold\nkept", justify="right", no_wrap=True)
+    for r in report.rows:
+        table.add_row(
+            r.name,
+            f"{r.chunks_kept}/{r.chunks_retrieved}",
+            _pct(r.removed_share),
+            _pct(r.removed_chars_share),
+            str(r.gold_retrieved),
+            f"{r.gold_kept} ({_pct(r.gold_kept_share)})",
+        )
+    console.print(table)
+    lat = report.latency
+    console.print(
+        f"added latency per call: mean {lat.mean_s:.3f} s, p50 {lat.p50_s:.3f} s, "
+        f"p95 {lat.p95_s:.3f} s, max {lat.max_s:.3f} s",
+        highlight=False,
+    )
+    failures = report.invalid_outputs + report.upstream_errors
+    if failures:
+        console.print(
+            f"[yellow]warning:[/] {report.invalid_outputs} invalid output(s), "
+            f"{report.upstream_errors} upstream error(s): those calls kept every chunk; first: "
+            f"{escape(report.first_error or '')}",
+            highlight=False,
+        )
+    else:
+        console.print("every reply was schema-valid")
+    for note in report.notes:
+        console.print(f"note: {escape(note)}", highlight=False)

@@ -1,0 +1,161 @@
+"""`residency serve`: run the OpenAI-compatible router in front of one or more vLLM servers."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from residency.errors import ConfigError
+from residency.serve.settings import PrunerOptions, RetrieverName, ServeSettings
+
+_ROUTE = "Routing"
+_NET = "Network"
+_PRUNE = "Pruner"
+
+
+def serve(
+    plan: Annotated[Path, typer.Option(help="plan.json from `residency plan`.")] = Path(
+        "plan.json"
+    ),
+    upstream: Annotated[
+        list[str] | None,
+        typer.Option(help="vLLM base URL (repeatable; balanced by least outstanding requests)."),
+    ] = None,
+    index: Annotated[
+        Path | None, typer.Option(help="Index directory (default: the one the plan names).")
+    ] = None,
+    host: Annotated[
+        str,
+        typer.Option(
+            help="Address to bind; beyond loopback needs --api-key.", rich_help_panel=_NET
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", rich_help_panel=_NET)] = 8100,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RESIDENCY_API_KEY",
+            help="Bearer token clients must send (all paths but /health).",
+            rich_help_panel=_NET,
+        ),
+    ] = None,
+    upstream_api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="VLLM_API_KEY",
+            help="Bearer token for the upstreams (vLLM --api-key).",
+            rich_help_panel=_NET,
+        ),
+    ] = None,
+    log: Annotated[
+        Path | None,
+        typer.Option(
+            help="Query log appended per request (what `residency plan --log` reads). "
+            "Default: query-log.jsonl beside the plan."
+        ),
+    ] = None,
+    no_log: Annotated[bool, typer.Option("--no-log", help="Do not write a query log.")] = False,
+    k: Annotated[
+        int,
+        typer.Option(
+            help="Long-tail chunks added when the evidence is not resident.", rich_help_panel=_ROUTE
+        ),
+    ] = 5,
+    margin: Annotated[
+        int,
+        typer.Option(
+            help="A long-tail chunk within this many ranks of a resident top hit is added.",
+            rich_help_panel=_ROUTE,
+        ),
+    ] = 1,
+    hedge: Annotated[
+        int,
+        typer.Option(
+            help="Long-tail chunks added even on the resident route.", rich_help_panel=_ROUTE
+        ),
+    ] = 1,
+    retriever: Annotated[
+        str,
+        typer.Option(help="hybrid (dense + BM25, fused), bm25 or dense.", rich_help_panel=_ROUTE),
+    ] = "hybrid",
+    today: Annotated[
+        str | None,
+        typer.Option(
+            help="Date time expressions resolve against (YYYY-MM-DD; default: today).",
+            rich_help_panel=_ROUTE,
+        ),
+    ] = None,
+    max_dated: Annotated[
+        int,
+        typer.Option(help="Dated sections pinned for a time expression.", rich_help_panel=_ROUTE),
+    ] = 5,
+    pruner_url: Annotated[
+        str | None,
+        typer.Option(
+            help="OpenAI-compatible URL of a small model that grades passages (off if unset).",
+            rich_help_panel=_PRUNE,
+        ),
+    ] = None,
+    pruner_model: Annotated[
+        str | None, typer.Option(help="The pruner's model name.", rich_help_panel=_PRUNE)
+    ] = None,
+    prune_threshold: Annotated[
+        int,
+        typer.Option(
+            help="Keep passages graded at least this (5 essential ... 1 unrelated).",
+            rich_help_panel=_PRUNE,
+        ),
+    ] = 3,
+    prune_keep_top_k: Annotated[
+        int,
+        typer.Option(help="Always keep this many best-ranked passages.", rich_help_panel=_PRUNE),
+    ] = 2,
+    warm: Annotated[
+        bool, typer.Option(help="Warm each upstream with the plan's prefix as it joins.")
+    ] = True,
+    health_interval: Annotated[
+        float, typer.Option(help="Seconds between upstream health checks.")
+    ] = 5.0,
+    request_timeout: Annotated[
+        float, typer.Option(help="Seconds one upstream request may take.")
+    ] = 600.0,
+) -> None:
+    """Serve /v1/chat/completions and /v1/completions with the resident prefix first."""
+    if retriever not in ("hybrid", "bm25", "dense"):
+        raise ConfigError(f"--retriever {retriever!r}: choose hybrid, bm25 or dense")
+    try:
+        day = dt.date.fromisoformat(today) if today else None
+    except ValueError:
+        raise ConfigError(f"--today {today!r}: expected YYYY-MM-DD") from None
+    retriever_name: RetrieverName = retriever  # type: ignore[assignment]
+    settings = ServeSettings(
+        plan=plan,
+        index=index,
+        upstreams=tuple(upstream or ("http://127.0.0.1:8000",)),
+        host=host,
+        port=port,
+        api_key=api_key,
+        upstream_api_key=upstream_api_key,
+        log=None if no_log else (log or plan.parent / "query-log.jsonl"),
+        k=k,
+        margin=margin,
+        hedge=hedge,
+        retriever=retriever_name,
+        today=day,
+        max_dated=max_dated,
+        pruner=PrunerOptions(
+            url=pruner_url,
+            model=pruner_model,
+            threshold=prune_threshold,
+            keep_top_k=prune_keep_top_k,
+        ),
+        warm=warm,
+        health_interval_s=health_interval,
+        request_timeout_s=request_timeout,
+    )
+    from residency.serve.run import run_server  # the router's imports load only when serving
+
+    run_server(settings)

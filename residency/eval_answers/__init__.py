@@ -1,0 +1,43 @@
+"""Answer-quality evaluation: rag, whole-text and residency answers graded 0/1/2 by an LLM judge."""
+
+from __future__ import annotations
+
+from residency.eval_answers.judge import Judge, JudgeError, grade_schema, parse_grade
+from residency.eval_answers.records import (
+    OTHER_TYPE,
+    QUESTION_TYPES,
+    STRATEGIES,
+    AnswerEvalReport,
+    AnswerQuestion,
+    AnswerRecord,
+    Grade,
+    ScoreSummary,
+    StrategyReport,
+    load_answer_questions,
+)
+from residency.eval_answers.run import AnswerEvalJob, default_strategies, run_answer_eval
+from residency.eval_answers.scoring import judge_verdict, score_group, summarize, summarize_by_type
+
+__all__ = [
+    "OTHER_TYPE",
+    "QUESTION_TYPES",
+    "STRATEGIES",
+    "AnswerEvalJob",
+    "AnswerEvalReport",
+    "AnswerQuestion",
+    "AnswerRecord",
+    "Grade",
+    "Judge",
+    "JudgeError",
+    "ScoreSummary",
+    "StrategyReport",
+    "default_strategies",
+    "grade_schema",
+    "judge_verdict",
+    "load_answer_questions",
+    "parse_grade",
+    "run_answer_eval",
+    "score_group",
+    "summarize",
+    "summarize_by_type",
+]

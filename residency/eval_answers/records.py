@@ -1,0 +1,228 @@
+"""The answer eval's file and HTTP shapes: questions in, the judge's grade, per-question records
+out (jsonl), and the per-strategy / per-type summaries of the report (`--json`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from residency.errors import ConfigError, CorpusError
+
+StrategyName = Literal["rag", "whole", "residency"]
+STRATEGIES: tuple[StrategyName, ...] = ("rag", "whole", "residency")
+# The reference measurement's six types (DESIGN.md §1); anything else is grouped under OTHER_TYPE.
+QUESTION_TYPES: tuple[str, ...] = (
+    "simple",
+    "detail",
+    "relation",
+    "timeline",
+    "inference",
+    "unknown",
+)
+UNKNOWN_TYPE = "unknown"
+OTHER_TYPE = "other"
+Outcome = Literal[
+    "correct", "partial", "hallucinated", "abstained", "judge_error", "generation_error"
+]
+Diagnosis = Literal["retrieval_miss", "generation_miss", "unanswerable", "error"]
+
+_ID = 1024
+_TEXT = 1_000_000
+
+
+class AnswerQuestion(BaseModel):
+    """One line of qa.jsonl: the question, its gold sections, its type and reference answer."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    id: str = Field(min_length=1, max_length=_ID, description="Question id (default: line N).")
+    query: str = Field(min_length=1, max_length=100_000, pattern=r"\S", description="Question.")
+    relevant_ids: tuple[str, ...] = Field(
+        default=(),
+        max_length=10_000,
+        description="Gold section ids; empty: not answerable from the corpus.",
+    )
+    type: str = Field(
+        default=OTHER_TYPE,
+        min_length=1,
+        max_length=128,
+        description="Question type as written (simple, detail, relation, timeline, inference, "
+        "unknown; others are scored under 'other').",
+    )
+    answer: str = Field(
+        min_length=1, max_length=_TEXT, description="The reference answer the judge compares to."
+    )
+
+
+def load_answer_questions(path: Path) -> list[AnswerQuestion]:
+    """Every question of a jsonl file; a bad line is a CorpusError naming file:line."""
+    try:
+        raw_lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"--questions {path}: cannot read ({exc.strerror})") from None
+    questions: list[AnswerQuestion] = []
+    for line_no, line in enumerate(raw_lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = orjson.loads(line)
+            if isinstance(raw, dict) and not raw.get("id"):
+                raw = {**raw, "id": f"line {line_no}"}
+            questions.append(AnswerQuestion.model_validate(raw))
+        except orjson.JSONDecodeError as exc:
+            raise CorpusError(f"{path}:{line_no}: invalid JSON ({exc})") from None
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "line"
+            raise CorpusError(f"{path}:{line_no}: {loc}: {err['msg']}") from None
+    if not questions:
+        raise CorpusError(f"--questions {path} holds no questions")
+    return questions
+
+
+class Grade(BaseModel):
+    """The judge's verdict; its JSON schema is the judge's constrained output format."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    score: Literal[0, 1, 2] = Field(description="2 correct, 1 partly correct, 0 wrong.")
+    abstained: bool = Field(
+        description="The candidate said the text does not contain the answer (did not answer)."
+    )
+
+
+class AnswerRecord(BaseModel):
+    """One question answered by one strategy and graded: a line of the records jsonl."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: StrategyName = Field(description="rag, whole or residency.")
+    question_id: str = Field(min_length=1, max_length=_ID, description="Question id.")
+    type: str = Field(
+        min_length=1, max_length=128, description="Scoring group: one of the six types or 'other'."
+    )
+    query: str = Field(min_length=1, max_length=100_000, description="The question.")
+    reference: str = Field(min_length=1, max_length=_TEXT, description="Reference answer.")
+    relevant_ids: tuple[str, ...] = Field(max_length=10_000, description="Gold section ids.")
+    answer: str | None = Field(
+        max_length=_TEXT, description="The generated answer (None when generation failed)."
+    )
+    finish_reason: str | None = Field(
+        max_length=64, description="stop, length, ... (None when generation failed)."
+    )
+    generation_error: str | None = Field(
+        max_length=4000, description="Why no answer was generated, or None."
+    )
+    grade: Grade | None = Field(description="The judge's verdict; None on any error.")
+    judge_error: str | None = Field(
+        max_length=4000,
+        description="Why the judge's answer could not be used (unparsable, truncated, HTTP), or "
+        "None. Such records are excluded from the means, never scored 0.",
+    )
+    outcome: Outcome = Field(description="What the record counts as (see scoring.outcome_of).")
+    score: int | None = Field(
+        ge=0,
+        le=2,
+        description="Points counted in the mean (unknown + abstained = 2); None when excluded.",
+    )
+    route: str | None = Field(
+        max_length=64, description="rag, whole, or the router's X-Residency-Route."
+    )
+    retrieved_ids: tuple[str, ...] = Field(
+        max_length=10_000, description="Section ids of the passages added, best first."
+    )
+    evidence_visible: bool | None = Field(
+        description="A gold section was in the prompt (resident or retrieved); None: no gold."
+    )
+    prompt_tokens: int | None = Field(ge=0, description="usage.prompt_tokens.")
+    cached_tokens: int | None = Field(
+        ge=0, description="usage.prompt_tokens_details.cached_tokens (None: not reported)."
+    )
+    completion_tokens: int | None = Field(ge=0, description="usage.completion_tokens.")
+    ttft_s: float | None = Field(ge=0, description="Seconds from request to first token.")
+    decode_s: float | None = Field(ge=0, description="Seconds from first to last content token.")
+    retrieval_s: float | None = Field(ge=0, description="Seconds spent retrieving (rag).")
+
+
+class ScoreSummary(BaseModel):
+    """Scores of a group of records (a strategy overall, or one question type)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    questions: int = Field(ge=0, description="Records in the group.")
+    graded: int = Field(ge=0, description="Records counted in the means (no error).")
+    judge_errors: int = Field(ge=0, description="Judge answers that could not be used.")
+    generation_errors: int = Field(ge=0, description="Questions without a generated answer.")
+    mean_score: float | None = Field(
+        ge=0, le=2, description="Mean points over graded records, out of 2; None if none graded."
+    )
+    correct: int = Field(ge=0, description="Score 2 (unknown: abstained counts here).")
+    partial: int = Field(ge=0, description="Score 1.")
+    hallucinated: int = Field(ge=0, description="Score 0 without abstaining: a wrong answer.")
+    abstained: int = Field(
+        ge=0, description="Score 0 and said the text does not state it (answerable questions)."
+    )
+    truthfulness: float | None = Field(
+        ge=-1,
+        le=1,
+        description="CRAG-style (correct - hallucinated) / graded; None if none graded.",
+    )
+
+
+class StrategyReport(BaseModel):
+    """One strategy over the questions: scores, cost, evidence visibility, failures."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: StrategyName = Field(description="rag, whole or residency.")
+    skipped: str | None = Field(
+        max_length=4000, description="Why the strategy did not run (None: it ran)."
+    )
+    overall: ScoreSummary = Field(description="All its records.")
+    by_type: dict[str, ScoreSummary] = Field(description="Per question type (and 'other').")
+    mean_prompt_tokens: float | None = Field(ge=0, description="Over answered questions.")
+    mean_cached_tokens: float | None = Field(ge=0, description="Over answers reporting it.")
+    mean_ttft_s: float | None = Field(ge=0, description="Over answered questions.")
+    mean_decode_s: float | None = Field(ge=0, description="Over answered questions.")
+    evidence_visible_share: float | None = Field(
+        ge=0,
+        le=1,
+        description="Share of answered questions with gold ids whose evidence was in the "
+        "prompt; None when it cannot be told (no gold ids, or residency without --plan).",
+    )
+    route_counts: dict[str, int] = Field(description="Answers per route.")
+    failures: tuple[AnswerRecord, ...] = Field(
+        description="Records not scored correct, with their retrieved ids."
+    )
+
+
+class RunSettings(BaseModel):
+    """What the run used, so a report can be reproduced."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    questions: str = Field(description="The questions file.")
+    index_dir: str = Field(description="The index retrieved from.")
+    generator: str | None = Field(description="Generator base URL (rag, whole).")
+    generator_model: str | None = Field(description="Generator model name.")
+    judge: str = Field(description="Judge base URL.")
+    judge_model: str = Field(description="Judge model name.")
+    router: str | None = Field(description="Router base URL (residency).")
+    plan: str | None = Field(description="plan.json read for resident section ids.")
+    k: int = Field(ge=1, description="Passages retrieved per question (rag).")
+    max_tokens: int = Field(ge=1, description="max_tokens of every answer.")
+    judge_max_tokens: int = Field(ge=1, description="max_tokens of every judge call.")
+
+
+class AnswerEvalReport(BaseModel):
+    """The whole run: settings, then one report per strategy on the same questions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    settings: RunSettings = Field(description="Inputs of the run.")
+    evaluated: int = Field(ge=0, description="Questions asked of every strategy.")
+    strategies: tuple[StrategyReport, ...] = Field(description="In the order asked.")
+    notes: tuple[str, ...] = Field(description="Warnings worth a line (unknown gold ids, ...).")

@@ -1,0 +1,242 @@
+"""`residency eval answers` end to end: resolve endpoints, build each strategy, answer and judge
+every question, append records line by line, and report the strategies side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+
+from residency.atomic import append_line, write_bytes_atomic
+from residency.errors import ConfigError
+from residency.eval_answers.generate import (
+    AnswerStrategy,
+    Endpoint,
+    RagStrategy,
+    ResidencyStrategy,
+    WholeStrategy,
+    whole_skip_reason,
+    whole_text,
+)
+from residency.eval_answers.judge import DEFAULT_JUDGE_MAX_TOKENS, Judge, JudgeError
+from residency.eval_answers.records import (
+    STRATEGIES,
+    AnswerEvalReport,
+    AnswerQuestion,
+    AnswerRecord,
+    Grade,
+    RunSettings,
+    StrategyName,
+    StrategyReport,
+)
+from residency.eval_answers.report import build_record, strategy_report
+from residency.index import BuildProgress, Index
+from residency.planning.plan_model import read_plan
+from residency.vllm_client import VllmClient
+
+DEFAULT_K = 3  # the reference measurement's RAG top-3 (DESIGN.md §1)
+DEFAULT_MAX_TOKENS = 256
+DEFAULT_TIMEOUT_S = 600.0  # a cold whole-text prefill on a CPU takes seconds, not minutes
+
+
+@dataclass(frozen=True)
+class AnswerEvalJob:
+    """Everything `residency eval answers` was asked."""
+
+    questions_path: Path
+    questions: Sequence[AnswerQuestion]
+    index: Index
+    strategies: tuple[StrategyName, ...]
+    generator: str | None = None
+    generator_model: str | None = None
+    judge: str | None = None
+    judge_model: str | None = None
+    router: str | None = None
+    plan: Path | None = None
+    k: int = DEFAULT_K
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    judge_max_tokens: int = DEFAULT_JUDGE_MAX_TOKENS
+    records_path: Path | None = None
+    api_key: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+
+def default_strategies(router: str | None) -> tuple[StrategyName, ...]:
+    """rag + whole, and residency when a router is given."""
+    return STRATEGIES if router else ("rag", "whole")
+
+
+def check_job(job: AnswerEvalJob) -> None:
+    """Refuse contradictory or incomplete settings before any request is sent."""
+    unknown = [s for s in job.strategies if s not in STRATEGIES]
+    if unknown:
+        raise ConfigError(f"--strategy {unknown[0]!r}: expected one of {', '.join(STRATEGIES)}")
+    needs_generator = [s for s in job.strategies if s in ("rag", "whole")]
+    if needs_generator and not job.generator:
+        raise ConfigError(f"--strategy {needs_generator[0]} needs --generator URL")
+    if "residency" in job.strategies and not job.router:
+        raise ConfigError("--strategy residency needs --router URL (residency serve)")
+    if not (job.judge or job.generator):
+        raise ConfigError("pass --judge URL (or --generator URL, the judge's default)")
+    for name, value in (("--k", job.k), ("--max-tokens", job.max_tokens)):
+        if value < 1:
+            raise ConfigError(f"{name} {value}: must be at least 1")
+    if job.judge_max_tokens < 1:
+        raise ConfigError(f"--judge-max-tokens {job.judge_max_tokens}: must be at least 1")
+
+
+def resolve_model(base_url: str, given: str | None, api_key: str | None, flag: str) -> str:
+    """The model to ask for: `given`, else the endpoint's first `/v1/models` entry."""
+    if given:
+        return given
+    with VllmClient(base_url, api_key=api_key) as client:
+        models = client.models()
+    if len(models) > 1:
+        raise ConfigError(
+            f"{base_url} serves {len(models)} models ({', '.join(m.id for m in models[:5])}); "
+            f"pick one with {flag}"
+        )
+    return models[0].id
+
+
+def _resident_ids(plan: Path | None) -> frozenset[str] | None:
+    if plan is None:
+        return None
+    return frozenset(item.section_id for item in read_plan(plan).resident)
+
+
+@dataclass(frozen=True)
+class _Built:
+    strategies: list[AnswerStrategy]
+    skipped: dict[StrategyName, str]
+
+
+def build_strategies(job: AnswerEvalJob, generator: Endpoint | None) -> _Built:
+    """The strategies to run, and those skipped with the reason (whole over max_model_len)."""
+    built: list[AnswerStrategy] = []
+    skipped: dict[StrategyName, str] = {}
+    for name in dict.fromkeys(job.strategies):
+        if name == "rag":
+            assert generator is not None
+            built.append(RagStrategy(job.index, generator, job.k, job.max_tokens))
+        elif name == "whole":
+            assert generator is not None
+            system = whole_text(job.index.sections)
+            with VllmClient(generator.base_url, timeout_s=60.0, api_key=job.api_key) as client:
+                reason = whole_skip_reason(client, generator.model, system, job.max_tokens)
+            if reason is not None:
+                skipped[name] = reason
+                continue
+            ids = [s.id for s in job.index.sections]
+            built.append(WholeStrategy(system, ids, generator, job.max_tokens))
+        else:
+            assert job.router is not None
+            model = resolve_model(job.router, job.generator_model, job.api_key, "--generator-model")
+            router = Endpoint(job.router, model)
+            built.append(ResidencyStrategy(router, _resident_ids(job.plan), job.max_tokens))
+    return _Built(built, skipped)
+
+
+def _notes(job: AnswerEvalJob) -> list[str]:
+    notes: list[str] = []
+    missing = sorted(
+        {g for q in job.questions for g in q.relevant_ids if not job.index.has_section(g)}
+    )
+    if missing:
+        notes.append(
+            f"{len(missing)} gold id(s) are not sections of the index (e.g. {missing[0]}): "
+            "their evidence never counts as visible"
+        )
+    if "residency" in job.strategies and job.plan is None:
+        notes.append("residency without --plan: the share of visible gold evidence is not known")
+    return notes
+
+
+def grade_answer(
+    client: httpx.Client, judge: Judge, question: AnswerQuestion, answer: str
+) -> tuple[Grade | None, str | None]:
+    """(grade, None) or (None, why the judge's answer could not be used)."""
+    try:
+        return judge.grade(client, question.query, question.answer, answer), None
+    except JudgeError as exc:
+        return None, str(exc)
+
+
+def run_strategy(
+    client: httpx.Client,
+    strategy: AnswerStrategy,
+    job: AnswerEvalJob,
+    judge: Judge,
+    progress: BuildProgress | None,
+) -> list[AnswerRecord]:
+    """Answer and judge every question with one strategy; a failure stays with its question."""
+    records: list[AnswerRecord] = []
+    if progress is not None:
+        progress.start(f"{strategy.name}: answer + judge", len(job.questions))
+    for question in job.questions:
+        attempt = strategy.answer(client, question)
+        grade, judge_error = None, None
+        if attempt.answer is not None:
+            grade, judge_error = grade_answer(client, judge, question, attempt.answer.text)
+        record = build_record(strategy.name, question, attempt, grade, judge_error)
+        if job.records_path is not None:
+            append_line(job.records_path, orjson.dumps(record.model_dump(mode="json")))
+        records.append(record)
+        if progress is not None:
+            progress.advance(1)
+    return records
+
+
+def run_answer_eval(job: AnswerEvalJob, progress: BuildProgress | None = None) -> AnswerEvalReport:
+    """Every strategy on the same questions, graded by the judge; records appended as they come."""
+    check_job(job)
+    generator = None
+    if job.generator:
+        model = resolve_model(job.generator, job.generator_model, job.api_key, "--generator-model")
+        generator = Endpoint(job.generator, model)
+    judge_url = job.judge or job.generator
+    assert judge_url is not None
+    same_as_generator = generator is not None and judge_url == generator.base_url
+    judge_model = job.judge_model or (
+        generator.model
+        if same_as_generator and generator is not None
+        else resolve_model(judge_url, None, job.api_key, "--judge-model")
+    )
+    judge = Judge(judge_url, judge_model, job.judge_max_tokens)
+    built = build_strategies(job, generator)
+    if job.records_path is not None:
+        write_bytes_atomic(job.records_path, b"")  # this run's records only
+    headers = {"Authorization": f"Bearer {job.api_key}"} if job.api_key else {}
+    by_name: dict[StrategyName, list[AnswerRecord]] = {}
+    with httpx.Client(timeout=job.timeout_s, headers=headers) as client:
+        for strategy in built.strategies:
+            by_name[strategy.name] = run_strategy(client, strategy, job, judge, progress)
+    reports: list[StrategyReport] = []
+    for name in dict.fromkeys(job.strategies):
+        if name in built.skipped:
+            reports.append(strategy_report(name, [], skipped=built.skipped[name]))
+        else:
+            known = name != "residency" or job.plan is not None
+            reports.append(strategy_report(name, by_name[name], evidence_known=known))
+    settings = RunSettings(
+        questions=str(job.questions_path),
+        index_dir=str(job.index.directory),
+        generator=generator.base_url if generator else None,
+        generator_model=generator.model if generator else None,
+        judge=judge.base_url,
+        judge_model=judge.model,
+        router=job.router,
+        plan=str(job.plan) if job.plan else None,
+        k=job.k,
+        max_tokens=job.max_tokens,
+        judge_max_tokens=job.judge_max_tokens,
+    )
+    return AnswerEvalReport(
+        settings=settings,
+        evaluated=len(job.questions),
+        strategies=tuple(reports),
+        notes=tuple(_notes(job)),
+    )

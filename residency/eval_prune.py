@@ -1,0 +1,315 @@
+"""`residency eval prune`: how much retrieved context the listwise pruner removes on a
+SQuAD-style file, and how much gold evidence survives it (DESIGN.md §7).
+
+Per question (a stride sample of the file's answerable questions, spread over all articles):
+retrieve the top-k chunks from the index, send them to the pruner, and compare the chunks kept
+with the question's gold paragraph (its section). Three kept sets come from the same grades:
+the pruner as configured (grades >= threshold, plus the keep-top-k floor), the floor alone (the
+first keep_top_k chunks: what you get without a model), and the grades alone (no floor). A
+failed call keeps every chunk in the pruner's rows, as it does in the router. The index is the
+one `eval coverage --squad` builds under ``.cache/coverage`` (BM25-only), reused when present.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from residency.coverage_runs import COVERAGE_CACHE, squad_corpus, squad_index
+from residency.errors import ConfigError, CorpusError, UpstreamError
+from residency.eval_retrieval import Question, load_questions
+from residency.index import BuildProgress, Index
+from residency.planning.run import CACHE_DIR, REPO_ROOT
+from residency.pruner import Passage, PruneResult, PrunerSettings, keep_ids, prune_sync
+from residency.routing import DEFAULT_K
+from residency.tiny_model import STAMP_FILE, ensure_tokenizer
+from residency.token_count import LocalTokenCounter
+from residency.vllm_client import VllmClient
+
+DEFAULT_PRUNE_K = DEFAULT_K  # the router's long-tail k
+DEFAULT_PRUNE_LIMIT = 200
+MEANINGLESS_GRADES_NOTE = (
+    "the grading model serves random weights (tiny test model): its grades carry no meaning, so "
+    "these figures measure the plumbing and the keep-top-k floor, not pruning quality"
+)
+
+
+class KeptFigures(BaseModel):
+    """Context removed and gold evidence kept by one way of choosing chunks."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(max_length=64, description="pruner, floor only, or grades only.")
+    chunks_retrieved: int = Field(ge=0, description="Chunks retrieved over all questions.")
+    chunks_kept: int = Field(ge=0, description="Chunks kept over all questions.")
+    removed_share: float = Field(ge=0, le=1, description="Share of retrieved chunks removed.")
+    removed_chars_share: float = Field(
+        ge=0, le=1, description="Share of retrieved characters removed."
+    )
+    gold_retrieved: int = Field(
+        ge=0, description="Questions whose gold paragraph was among the retrieved chunks."
+    )
+    gold_kept: int = Field(ge=0, description="Of those, questions whose gold is still kept.")
+    gold_kept_share: float | None = Field(
+        ge=0, le=1, description="gold_kept / gold_retrieved (None when no gold was retrieved)."
+    )
+
+
+class LatencyFigures(BaseModel):
+    """Seconds each pruner call added, over every call."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mean_s: float = Field(ge=0, description="Mean seconds per call.")
+    p50_s: float = Field(ge=0, description="Median seconds per call.")
+    p95_s: float = Field(ge=0, description="95th percentile seconds per call.")
+    max_s: float = Field(ge=0, description="Slowest call.")
+
+
+class PruneEvalSettings(BaseModel):
+    """What was measured, and against what."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(max_length=4096, description="The questions' source file.")
+    index_dir: str = Field(max_length=4096, description="The index chunks were retrieved from.")
+    k: int = Field(ge=1, description="Chunks retrieved per question.")
+    limit: int = Field(ge=1, description="Questions asked for (a stride sample of the file).")
+    url: str = Field(max_length=2048, description="The pruner endpoint.")
+    model: str = Field(max_length=512, description="The grading model.")
+    threshold: int = Field(ge=1, le=5, description="Grade kept at or above.")
+    keep_top_k: int = Field(ge=0, description="Chunks kept first in retrieval order regardless.")
+
+
+class PruneEvalReport(BaseModel):
+    """The pruner on N questions: context removed, gold evidence kept, latency, failures."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    settings: PruneEvalSettings = Field(description="What was measured.")
+    questions: int = Field(ge=0, description="Questions evaluated.")
+    rows: tuple[KeptFigures, ...] = Field(
+        max_length=8, description="pruner, floor only, grades only: same retrievals, same grades."
+    )
+    latency: LatencyFigures = Field(description="Seconds each pruner call added.")
+    invalid_outputs: int = Field(ge=0, description="Calls whose reply was not schema-valid.")
+    upstream_errors: int = Field(ge=0, description="Calls that got no usable HTTP reply.")
+    first_error: str | None = Field(
+        default=None, max_length=2000, description="The first failure's reason, if any."
+    )
+    notes: tuple[str, ...] = Field(default=(), max_length=32, description="Caveats.")
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedQuestion:
+    """One question's retrieved chunk ids (rank order), their lengths, gold ids, and the result."""
+
+    order: tuple[str, ...]
+    chars: dict[str, int]
+    gold_ids: frozenset[str]
+    result: PruneResult
+
+
+def sample_questions(questions: Sequence[Question], limit: int) -> list[Question]:
+    """Up to `limit` answerable questions at an even stride (the file is grouped by article)."""
+    answerable = [q for q in questions if q.relevant_ids]
+    if limit >= len(answerable):
+        return answerable
+    return [answerable[i * len(answerable) // limit] for i in range(limit)]
+
+
+def _percentile(sorted_values: Sequence[float], share: float) -> float:
+    """Nearest-rank percentile (p95 of 20 values is the 19th)."""
+    rank = max(1, -(-len(sorted_values) * share // 1))
+    return sorted_values[int(rank) - 1]
+
+
+def latency_figures(elapsed_s: Sequence[float]) -> LatencyFigures:
+    """Mean, p50, p95 and max of per-call seconds (zeros when there were no calls)."""
+    if not elapsed_s:
+        return LatencyFigures(mean_s=0.0, p50_s=0.0, p95_s=0.0, max_s=0.0)
+    values = sorted(elapsed_s)
+    return LatencyFigures(
+        mean_s=statistics.fmean(values),
+        p50_s=statistics.median(values),
+        p95_s=_percentile(values, 0.95),
+        max_s=values[-1],
+    )
+
+
+def kept_figures(
+    name: str, asked: Sequence[PrunedQuestion], choose: Callable[[PrunedQuestion], Sequence[str]]
+) -> KeptFigures:
+    """Removed shares and gold kept when `choose` picks each question's kept chunks."""
+    retrieved = kept = chars_retrieved = chars_kept = gold_retrieved = gold_kept = 0
+    for a in asked:
+        chosen = set(choose(a))
+        retrieved += len(a.order)
+        kept += len(chosen)
+        chars_retrieved += sum(a.chars.values())
+        chars_kept += sum(a.chars[i] for i in chosen)
+        if a.gold_ids & set(a.order):
+            gold_retrieved += 1
+            gold_kept += bool(a.gold_ids & chosen)
+    return KeptFigures(
+        name=name,
+        chunks_retrieved=retrieved,
+        chunks_kept=kept,
+        removed_share=1 - kept / retrieved if retrieved else 0.0,
+        removed_chars_share=1 - chars_kept / chars_retrieved if chars_retrieved else 0.0,
+        gold_retrieved=gold_retrieved,
+        gold_kept=gold_kept,
+        gold_kept_share=gold_kept / gold_retrieved if gold_retrieved else None,
+    )
+
+
+def evaluate_pruning(
+    index: Index,
+    questions: Sequence[Question],
+    settings: PrunerSettings,
+    *,
+    k: int,
+    source: str,
+    limit: int,
+    notes: Sequence[str] = (),
+    progress: Callable[[int], None] | None = None,
+) -> PruneEvalReport:
+    """Retrieve top-k, prune, and compare kept chunks with each question's gold sections."""
+    chunks = {c.id: c for c in index.chunks}
+    asked: list[PrunedQuestion] = []
+    with httpx.Client() as client:
+        for q in questions:
+            hits = index.search_chunks(q.query, k)
+            passages = [Passage(h.id, chunks[h.id].index_text) for h in hits]
+            result = prune_sync(settings, q.query, passages, client=client)
+            gold = frozenset(h.id for h in hits if index.section_of(h.id) in q.relevant_ids)
+            order = tuple(p.id for p in passages)
+            asked.append(PrunedQuestion(order, {p.id: len(p.text) for p in passages}, gold, result))
+            if progress is not None:
+                progress(1)
+    rows = (
+        kept_figures("pruner", asked, lambda a: a.result.kept_ids),
+        kept_figures("floor only", asked, lambda a: a.order[: settings.keep_top_k]),
+        kept_figures(
+            "grades only",
+            asked,
+            lambda a: (
+                keep_ids(a.result.grades, a.order, settings.threshold, 0)
+                if a.result.valid
+                else a.order
+            ),
+        ),
+    )
+    failed = [a.result for a in asked if not a.result.valid]
+    return PruneEvalReport(
+        settings=PruneEvalSettings(
+            source=source,
+            index_dir=str(index.directory),
+            k=k,
+            limit=limit,
+            url=settings.url,
+            model=settings.model,
+            threshold=settings.threshold,
+            keep_top_k=settings.keep_top_k,
+        ),
+        questions=len(asked),
+        rows=rows,
+        latency=latency_figures([a.result.elapsed_s for a in asked]),
+        invalid_outputs=sum(r.failure == "invalid_output" for r in failed),
+        upstream_errors=sum(r.failure == "upstream" for r in failed),
+        first_error=(failed[0].error or "")[:2000] if failed else None,
+        notes=tuple(notes),
+    )
+
+
+def check_prune_options(k: int, limit: int, threshold: int, keep_top_k: int) -> None:
+    """Raise `ConfigError` for flags out of range, naming the flag."""
+    if k < 1:
+        raise ConfigError(f"--k {k}: retrieve at least 1 chunk per question")
+    if limit < 1:
+        raise ConfigError(f"--limit {limit}: evaluate at least 1 question")
+    if not 1 <= threshold <= 5:
+        raise ConfigError(f"--threshold {threshold}: grades run 1..5 (3 keeps 'supporting' up)")
+    if keep_top_k < 0:
+        raise ConfigError(f"--keep-top-k {keep_top_k}: must be >= 0 (0: no floor)")
+
+
+def served_model(url: str, wanted: str | None, api_key: str | None = None) -> tuple[str, bool]:
+    """The model to grade with (`wanted`, else the first served); True if it has random weights.
+
+    Random weights: the server loaded a local directory stamped by `residency.tiny_model`.
+    Raises `UpstreamError` when the endpoint cannot be reached and `ConfigError` when it does
+    not serve `wanted`: a run that would only measure failures stops before it starts.
+    """
+    try:
+        with VllmClient(url, api_key=api_key) as client:
+            models = client.models()
+    except UpstreamError as exc:  # VllmClient names its own flag; this command's is --pruner-url
+        raise UpstreamError(str(exc).replace("--server", "--pruner-url", 1)) from None
+    ids = [m.id for m in models]
+    name = wanted or ids[0]
+    if name not in ids:
+        raise ConfigError(f"--pruner-model {name!r}: {url} serves {', '.join(ids)}")
+    root = next((m.root for m in models if m.id == name), None)
+    return name, root is not None and (Path(root) / STAMP_FILE).is_file()
+
+
+@dataclass(frozen=True)
+class PruneEvalJob:
+    """What `residency eval prune` was asked."""
+
+    squad_file: Path
+    url: str
+    model: str | None = None
+    threshold: int = 3
+    keep_top_k: int = 2
+    k: int = DEFAULT_PRUNE_K
+    limit: int = DEFAULT_PRUNE_LIMIT
+    timeout_s: float = 10.0
+    cache_dir: Path = COVERAGE_CACHE
+
+
+def run_prune_eval(job: PruneEvalJob, progress: BuildProgress) -> PruneEvalReport:
+    """Import and index the SQuAD file (cached), then measure the pruner on `limit` questions."""
+    check_prune_options(job.k, job.limit, job.threshold, job.keep_top_k)
+    if not job.url.startswith(("http://", "https://")):
+        raise ConfigError(f"--pruner-url {job.url!r}: expected http(s)://HOST:PORT")
+    model, tiny = served_model(job.url, job.model)
+    settings = PrunerSettings(
+        url=job.url,
+        model=model,
+        threshold=job.threshold,
+        keep_top_k=job.keep_top_k,
+        timeout_s=job.timeout_s,
+    )
+    corpus = squad_corpus(job.squad_file, job.cache_dir)
+    tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
+    index, reused = squad_index(
+        corpus / "docs",
+        corpus.parent / "index-bm25",
+        False,
+        LocalTokenCounter(tokenizer_dir),
+        progress,
+    )
+    questions = sample_questions(load_questions(corpus / "qa.jsonl"), job.limit)
+    if not questions:
+        raise CorpusError(f"--squad {job.squad_file}: no answerable questions")
+    notes = [f"index {'reused' if reused else 'built'}: {index.directory} (BM25-only)"]
+    if tiny:
+        notes.append(MEANINGLESS_GRADES_NOTE)
+    progress.start("pruning", len(questions))
+    return evaluate_pruning(
+        index,
+        questions,
+        settings,
+        k=job.k,
+        source=str(job.squad_file),
+        limit=job.limit,
+        notes=notes,
+        progress=progress.advance,
+    )

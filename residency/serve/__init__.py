@@ -1,0 +1,1 @@
+"""`residency serve`: the OpenAI-compatible router in front of vLLM (request path: router.py)."""

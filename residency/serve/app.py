@@ -1,0 +1,171 @@
+"""The ASGI app of `residency serve`: routes, API-key check, startup (index, upstreams, warm)."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import httpx
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from residency.errors import ResidencyError, UpstreamMismatchError
+from residency.index import open_index
+from residency.planning.plan_model import ResidencyPlan, read_plan
+from residency.serve.context import ContextBuilder
+from residency.serve.errors import error_response, unavailable
+from residency.serve.router import Router
+from residency.serve.settings import ServeSettings
+from residency.serve.telemetry import RouterMetrics
+from residency.serve.upstreams import Upstream, UpstreamPool
+from residency.warm import WarmOptions, warm
+
+log = logging.getLogger("residency.serve")
+OPEN_PATHS = frozenset({"/health"})
+
+
+def load_builder(settings: ServeSettings) -> ContextBuilder:
+    """Read the plan and open its index (user errors raise ResidencyError)."""
+    plan = read_plan(settings.plan)
+    index = open_index(settings.index or _plan_index(plan, settings))
+    return ContextBuilder(plan, index, settings)
+
+
+def _plan_index(plan: ResidencyPlan, settings: ServeSettings) -> Path:
+    """The plan's index: as recorded (absolute, or relative to here), else beside the plan."""
+    path = Path(plan.index_dir)
+    if path.is_absolute() or path.exists():
+        return path
+    return settings.plan.parent / path
+
+
+def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
+    """The router app for validated settings and a loaded context builder."""
+    metrics = RouterMetrics()
+    state: dict[str, Router] = {}
+
+    async def on_join(up: Upstream) -> bool:
+        if not settings.warm:
+            return True
+        options = WarmOptions(
+            server=up.url,
+            request_timeout_s=settings.request_timeout_s,
+            api_key=settings.upstream_api_key,
+        )
+        try:
+            report = await anyio.to_thread.run_sync(warm, builder.plan, options)
+        except ResidencyError as exc:
+            if isinstance(exc, UpstreamMismatchError):
+                up.excluded = str(exc)
+                log.error("upstream %s excluded: %s", up.label, exc)
+                return False
+            log.warning("upstream %s: warm failed (%s); serving it cold", up.label, exc)
+            return True
+        log.info(
+            "upstream %s warmed: %d of %d shared tokens cached",
+            up.label,
+            report.cached_tokens,
+            report.shared_prefix_tokens,
+        )
+        return True
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
+        timeout = httpx.Timeout(settings.request_timeout_s, connect=5.0)
+        async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+            pool = UpstreamPool(
+                settings.upstreams, http, metrics, settings.health_interval_s, on_join
+            )
+            await anyio.to_thread.run_sync(builder.warm_up)
+            state["router"] = Router(settings, builder, pool, http, metrics)
+            await pool.start()
+            try:
+                yield
+            finally:
+                await pool.stop()
+
+    async def chat(request: Request) -> Response:
+        return await state["router"].handle(request, "chat")
+
+    async def completions(request: Request) -> Response:
+        return await state["router"].handle(request, "completions")
+
+    async def models(request: Request) -> Response:
+        router = state["router"]
+        ups = [u for u in router.pool.upstreams if u.usable]
+        if not ups:
+            return unavailable(len(router.pool.upstreams))
+        try:
+            response = await router.http.get(f"{ups[0].url}/v1/models", timeout=10.0)
+        except httpx.HTTPError:
+            router.pool.mark_down(ups[0])
+            return unavailable(len(router.pool.upstreams))
+        return Response(response.content, response.status_code, media_type="application/json")
+
+    async def health(request: Request) -> Response:
+        pool = state["router"].pool
+        usable = sum(u.usable for u in pool.upstreams)
+        body = {"status": "ok" if usable else "unavailable", "upstreams_usable": usable}
+        body["upstreams"] = len(pool.upstreams)
+        return Response(orjson.dumps(body), 200 if usable else 503, media_type="application/json")
+
+    async def prometheus(request: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        if status == 404:
+            return error_response(404, f"no route {request.url.path}", "invalid_request_error")
+        if status == 405:
+            return error_response(405, "method not allowed", "invalid_request_error")
+        return error_response(status, "request failed", "invalid_request_error")
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        log.exception("internal error on %s", request.url.path, exc_info=exc)
+        return error_response(500, "internal error in the router", "server_error")
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/metrics", prometheus, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+    )
+    return ApiKeyMiddleware(app, settings.api_key) if settings.api_key else app
+
+
+class ApiKeyMiddleware:
+    """Requires `Authorization: Bearer <key>` on every path but /health."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self._key = api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        token = header[7:] if header[:7].lower() == b"bearer " else b""
+        if not hmac.compare_digest(token, self._key):
+            response = error_response(
+                401, "missing or wrong API key", "authentication_error", "invalid_api_key"
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

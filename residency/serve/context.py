@@ -1,0 +1,171 @@
+"""Per-request context: retrieve over the whole corpus, decide the route, pin dated sections
+for a time expression, optionally prune, and render what goes after the resident prefix.
+
+Shared by the router and `residency eval answers`, so both put the same text in front of the
+model for the same question.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import httpx
+
+from residency.corpus.model import Chunk, Section
+from residency.errors import ConfigError
+from residency.index import Index
+from residency.planning.plan_model import ResidencyPlan
+from residency.planning.prefix import render_passage
+from residency.pruner import Passage, PruneResult, PrunerSettings, prune
+from residency.routing import ChunkHit, decide_route
+from residency.serve.prompt import ContextBlock
+from residency.serve.settings import RetrieverName, ServeSettings
+from residency.timex import Period, resolve_period, select_dated
+
+RequestRoute = Literal["resident", "long_tail", "dated"]
+
+
+class ChunkSearch(Protocol):
+    """A chunk-level retriever (BM25, dense or the fused hybrid)."""
+
+    def search(self, query: str, k: int) -> Sequence[ChunkHit]:
+        """Top-k chunk hits, best first."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Retrieval:
+    """What retrieval and routing chose for one question (before pruning)."""
+
+    question: str
+    route: RequestRoute
+    top_chunk_id: str | None
+    chunk_ids: tuple[str, ...]  # long-tail chunks to add, best first
+    period: Period | None
+    dated_section_ids: tuple[str, ...]  # sections pinned for the period, first in the prompt
+    retrieval_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """The final context of one request."""
+
+    retrieval: Retrieval
+    kept_chunk_ids: tuple[str, ...]
+    section_ids: tuple[str, ...]  # sections whose text follows the prefix, prompt order, once
+    prune: PruneResult | None
+    block: ContextBlock
+
+
+class ContextBuilder:
+    """Builds request contexts from a plan and the index it was made from."""
+
+    def __init__(self, plan: ResidencyPlan, index: Index, settings: ServeSettings) -> None:
+        if plan.corpus_hash != index.manifest.corpus_hash:
+            raise ConfigError(
+                f"--plan was made from corpus {plan.corpus_hash[:12]} but --index "
+                f"{index.directory} holds corpus {index.manifest.corpus_hash[:12]}: re-run "
+                "`residency plan` on this index (or pass the index the plan names)"
+            )
+        self.plan = plan
+        self.index = index
+        self.settings = settings
+        self.resident_chunk_ids = plan.resident_chunk_ids()
+        self._chunks: dict[str, Chunk] = {c.id: c for c in index.chunks}
+        self._fully_resident = frozenset(
+            s.id
+            for s in index.sections
+            if (chunks := index.chunks_of(s.id))
+            and all(c.id in self.resident_chunk_ids for c in chunks)
+        )
+        self._retriever = _retriever(index, settings.retriever)
+        self._pruner = (
+            PrunerSettings(
+                url=settings.pruner.url,
+                model=settings.pruner.model or "",
+                threshold=settings.pruner.threshold,
+                keep_top_k=settings.pruner.keep_top_k,
+                timeout_s=settings.pruner.timeout_s,
+            )
+            if settings.pruner.url
+            else None
+        )
+
+    def warm_up(self) -> None:
+        """Load the retrievers (and the embedder) now rather than on the first request."""
+        self._retriever.search("warm up", 1)
+
+    def retrieve(self, question: str, today: dt.date | None = None) -> Retrieval:
+        """Retrieve, route and pin dated sections (CPU-bound: run it off the event loop)."""
+        started = time.perf_counter()
+        s = self.settings
+        hits: Sequence[ChunkHit] = self._retriever.search(question, max(s.prefetch, s.k + 1))
+        decision = decide_route(
+            hits, self.resident_chunk_ids, k=s.k, margin=s.margin, hedge=s.hedge
+        )
+        period = resolve_period(question, today or s.today or dt.date.today())
+        dated: tuple[str, ...] = ()
+        if period is not None and s.max_dated > 0:
+            ranked = list(dict.fromkeys(self.index.section_of(h.id) for h in hits))
+            picked = select_dated(self.index.sections, period, ranked, s.max_dated)
+            dated = tuple(x.id for x in picked if x.id not in self._fully_resident)
+        chunk_ids = tuple(
+            c for c in decision.long_tail_chunk_ids if self.index.section_of(c) not in dated
+        )
+        route: RequestRoute = "dated" if dated else decision.route
+        return Retrieval(
+            question=question,
+            route=route,
+            top_chunk_id=decision.top_chunk_id,
+            chunk_ids=chunk_ids,
+            period=period,
+            dated_section_ids=dated,
+            retrieval_s=time.perf_counter() - started,
+        )
+
+    async def finish(self, retrieval: Retrieval, http: httpx.AsyncClient) -> RequestContext:
+        """Prune the long-tail chunks (when a pruner is set) and render the context block."""
+        kept = retrieval.chunk_ids
+        result: PruneResult | None = None
+        if self._pruner is not None and len(kept) > self._pruner.keep_top_k:
+            passages = [Passage(id=c, text=self._chunks[c].text) for c in kept]
+            result = await prune(http, self._pruner, retrieval.question, passages)
+            kept = result.kept_ids
+        sections = (*retrieval.dated_section_ids, *(self.index.section_of(c) for c in kept))
+        return RequestContext(
+            retrieval, kept, tuple(dict.fromkeys(sections)), result, self.render(retrieval, kept)
+        )
+
+    def render(self, retrieval: Retrieval, chunk_ids: Sequence[str]) -> ContextBlock:
+        """The rendered period line and passages (dated sections whole, then chunks)."""
+        passages = [self._render_section(sid) for sid in retrieval.dated_section_ids]
+        passages += [self._render_chunk(cid) for cid in chunk_ids]
+        period = retrieval.period.describe() if retrieval.period is not None else None
+        return ContextBlock(period_line=period, passages=tuple(passages))
+
+    def _render_section(self, section_id: str) -> str:
+        section: Section = self.index.section(section_id)
+        return render_passage(section, section.text)
+
+    def _render_chunk(self, chunk_id: str) -> str:
+        chunk = self._chunks[chunk_id]
+        return render_passage(self.index.section(chunk.section_id), chunk.text)
+
+
+def _retriever(index: Index, name: RetrieverName) -> ChunkSearch:
+    """The chunk-level retriever the router searches with."""
+    retrievers = index.retrievers()
+    if name == "bm25":
+        return retrievers.bm25
+    if name == "dense":
+        if retrievers.dense is None:
+            raise ConfigError(
+                f"--retriever dense: index {index.directory} was built without dense vectors "
+                "(--no-dense); use --retriever bm25 or rebuild the index"
+            )
+        return retrievers.dense
+    return retrievers.hybrid

@@ -1,0 +1,28 @@
+"""OpenAI-shaped error responses: `{"error": {"message", "type", "code"}}`, nothing internal."""
+
+from __future__ import annotations
+
+import orjson
+from starlette.responses import Response
+
+
+def error_response(status: int, message: str, kind: str, code: str | None = None) -> Response:
+    """A JSON error the OpenAI client libraries understand."""
+    body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def bad_request(message: str) -> Response:
+    """400 invalid_request_error."""
+    return error_response(400, message, "invalid_request_error")
+
+
+def unavailable(configured: int) -> Response:
+    """503: no upstream can take the request (positions only, never addresses)."""
+    return error_response(
+        503,
+        f"no upstream model server is available ({configured} configured, 0 healthy); "
+        "retry shortly",
+        "service_unavailable",
+        "upstream_unavailable",
+    )

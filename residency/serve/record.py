@@ -1,0 +1,41 @@
+"""The router's query-log line: what `residency plan --log` reads (query, count, ts) plus what
+happened to the request (route, retrieved ids, cached tokens, timings)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Outcome = Literal["ok", "upstream_error", "client_error", "disconnected", "unavailable"]
+
+
+class RouterLogRecord(BaseModel):
+    """One request, one line (appended atomically; see residency.query_log)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    query: str = Field(min_length=1, description="The question (last user message).")
+    count: int = Field(default=1, ge=1, description="Always 1: one line per request.")
+    ts: dt.datetime = Field(description="Arrival time (UTC).")
+    endpoint: Literal["chat", "completions"] = Field(description="Which API was called.")
+    route: str = Field(description="resident, long_tail or dated.")
+    retrieved: tuple[str, ...] = Field(description="Section ids added after the prefix.")
+    chunks: tuple[str, ...] = Field(description="Long-tail chunk ids added, prompt order.")
+    top_chunk: str | None = Field(default=None, description="The best-ranked chunk overall.")
+    period: str | None = Field(default=None, description="Resolved time period, if any.")
+    pruned: int | None = Field(default=None, ge=0, description="Chunks the pruner dropped.")
+    pruner_valid: bool | None = Field(default=None, description="Pruner answer was valid.")
+    upstream: str | None = Field(default=None, description="Upstream position that served it.")
+    outcome: Outcome = Field(description="How the request ended.")
+    status_code: int = Field(ge=100, le=599, description="HTTP status sent to the client.")
+    prompt_tokens: int | None = Field(default=None, ge=0, description="usage.prompt_tokens.")
+    cached_tokens: int | None = Field(
+        default=None, ge=0, description="usage.prompt_tokens_details.cached_tokens."
+    )
+    completion_tokens: int | None = Field(default=None, ge=0, description="Generated tokens.")
+    retrieval_ms: float = Field(ge=0, description="Retrieval + routing + time expressions.")
+    prune_ms: float | None = Field(default=None, ge=0, description="Pruner call.")
+    ttft_ms: float | None = Field(default=None, ge=0, description="Arrival to first event.")
+    total_ms: float = Field(ge=0, description="Arrival to the last byte.")

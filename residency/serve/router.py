@@ -1,0 +1,331 @@
+"""The request path: parse, retrieve and route, assemble the prompt, forward to the least busy
+upstream, stream its bytes back, then log and count the request.
+
+Streams pass through event by event, untouched, except the usage-only chunk the router asks for
+(`stream_options.include_usage`, to read cached tokens) when the client did not ask for it. An
+upstream that fails before answering is retried on the next one; one that dies mid-stream ends
+the client's stream with an OpenAI-shaped error event and `[DONE]`. A client that disconnects
+cancels the upstream request (closing its connection makes vLLM abort it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+import urllib.parse
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import httpx
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from residency.errors import ConfigError
+from residency.query_log import append_log_record
+from residency.serve.context import ContextBuilder, RequestContext
+from residency.serve.errors import bad_request, unavailable
+from residency.serve.prompt import assemble_messages, question_of
+from residency.serve.record import Outcome, RouterLogRecord
+from residency.serve.settings import ServeSettings
+from residency.serve.sse import DONE, EventSplitter, error_event, usage_of
+from residency.serve.telemetry import RouterMetrics
+from residency.serve.upstreams import NoUpstreamError, Upstream, UpstreamPool
+
+log = logging.getLogger("residency.serve")
+Endpoint = Literal["chat", "completions"]
+_PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+_RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request's state from arrival to its log line."""
+
+    endpoint: Endpoint
+    ctx: RequestContext
+    started: float = field(default_factory=time.perf_counter)
+    ts: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    upstream: Upstream | None = None
+    status_code: int = 200
+    outcome: Outcome = "ok"
+    usage: dict[str, Any] | None = None
+    ttft_s: float | None = None
+
+    def headers(self) -> dict[str, str]:
+        """What the router tells the client about its choice (ids only, no addresses)."""
+        retrieved = ",".join(urllib.parse.quote(s, safe="") for s in self.ctx.section_ids)
+        return {"X-Residency-Route": self.ctx.retrieval.route, "X-Residency-Retrieved": retrieved}
+
+
+class Router:
+    """Owns the builder, the pool, the HTTP client, metrics and the query log."""
+
+    def __init__(
+        self,
+        settings: ServeSettings,
+        builder: ContextBuilder,
+        pool: UpstreamPool,
+        http: httpx.AsyncClient,
+        metrics: RouterMetrics,
+    ) -> None:
+        self.settings = settings
+        self.builder = builder
+        self.pool = pool
+        self.http = http
+        self.metrics = metrics
+        self.prefix_text = builder.plan.prefix.text
+        self.log_path: Path | None = settings.log
+        self._limiter = anyio.CapacityLimiter(2)
+        self._upstream_headers = {"Content-Type": "application/json"}
+        if settings.upstream_api_key:
+            self._upstream_headers["Authorization"] = f"Bearer {settings.upstream_api_key}"
+
+    async def handle(self, request: Request, endpoint: Endpoint) -> Response:
+        """Serve one chat or completions request."""
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return bad_request("the request body is not valid JSON")
+        if not isinstance(body, dict):
+            return bad_request("the request body must be a JSON object")
+        try:
+            messages = _messages(body, endpoint)
+            question = question_of(messages)
+        except ConfigError as exc:
+            return bad_request(str(exc))
+        retrieval = await anyio.to_thread.run_sync(
+            self.builder.retrieve, question, None, limiter=self._limiter
+        )
+        self.metrics.retrieval.observe(retrieval.retrieval_s)
+        ctx = await self.builder.finish(retrieval, self.http)
+        if ctx.prune is not None:
+            self.metrics.prune.observe(ctx.prune.elapsed_s)
+            if not ctx.prune.valid:
+                self.metrics.pruner_invalid.inc()
+        ex = Exchange(endpoint, ctx)
+        assembled = assemble_messages(messages, self.prefix_text, ctx.block)
+        stream = bool(body.get("stream"))
+        client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if stream:
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        tried: list[Upstream] = []
+        while True:
+            try:
+                up = self.pool.pick(exclude=tried)
+            except NoUpstreamError:
+                return self._finish_error(ex, unavailable(len(self.pool.upstreams)))
+            try:
+                payload = await self._payload(up, endpoint, body, assembled)
+                if stream:
+                    return await self._stream(request, ex, up, payload, client_usage)
+                return await self._unary(request, ex, up, payload)
+            except _RETRYABLE:
+                self.pool.mark_down(up)
+                tried.append(up)
+
+    async def _payload(
+        self, up: Upstream, endpoint: Endpoint, body: dict[str, Any], assembled: list[Any]
+    ) -> bytes:
+        out = dict(body)
+        out.setdefault("model", up.model)
+        if endpoint == "chat":
+            out["messages"] = assembled
+        else:
+            # Completions take raw text; render the same chat shape (and so the same cached
+            # prefix) through the upstream's own template and send its token ids.
+            tok = await self.http.post(
+                f"{up.url}/tokenize",
+                content=orjson.dumps(
+                    {"model": out["model"], "messages": assembled, "add_generation_prompt": True}
+                ),
+                headers=self._upstream_headers,
+            )
+            if tok.status_code != 200:
+                raise httpx.RemoteProtocolError("tokenize failed")
+            out["prompt"] = tok.json()["tokens"]
+        return orjson.dumps(out)
+
+    def _send(self, up: Upstream, endpoint: Endpoint, payload: bytes) -> httpx.Request:
+        return self.http.build_request(
+            "POST", f"{up.url}{_PATHS[endpoint]}", content=payload, headers=self._upstream_headers
+        )
+
+    async def _unary(
+        self, request: Request, ex: Exchange, up: Upstream, payload: bytes
+    ) -> Response:
+        async with self.pool.lease(up):
+            task = asyncio.ensure_future(self.http.send(self._send(up, ex.endpoint, payload)))
+            gone = asyncio.ensure_future(_wait_disconnect(request))
+            done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if task not in done:
+                task.cancel()  # closes the upstream connection: vLLM aborts the request
+                ex.upstream, ex.outcome, ex.status_code = up, "disconnected", 499
+                self._log(ex)
+                return Response(status_code=499)
+            gone.cancel()
+            response = task.result()  # a retryable error propagates to handle()
+        ex.upstream, ex.status_code = up, response.status_code
+        ex.ttft_s = time.perf_counter() - ex.started
+        if response.status_code == 200:
+            ex.usage = _usage(response.content)
+        elif response.status_code >= 500:
+            ex.outcome = "upstream_error"
+        else:
+            ex.outcome = "client_error"
+        self._log(ex)
+        return Response(
+            response.content,
+            status_code=response.status_code,
+            media_type=response.headers.get("content-type", "application/json"),
+            headers=ex.headers(),
+        )
+
+    async def _stream(
+        self, request: Request, ex: Exchange, up: Upstream, payload: bytes, client_usage: bool
+    ) -> Response:
+        await self.pool.acquire(up)
+        try:
+            response = await self.http.send(self._send(up, ex.endpoint, payload), stream=True)
+        except BaseException:
+            self.pool.release(up)
+            raise
+        ex.upstream = up
+        if response.status_code != 200:
+            content = await response.aread()
+            await response.aclose()
+            self.pool.release(up)
+            ex.status_code = response.status_code
+            ex.outcome = "upstream_error" if response.status_code >= 500 else "client_error"
+            self._log(ex)
+            return Response(
+                content,
+                status_code=response.status_code,
+                media_type=response.headers.get("content-type", "application/json"),
+                headers=ex.headers(),
+            )
+        return StreamingResponse(
+            self._events(ex, up, response, client_usage),
+            media_type="text/event-stream",
+            headers={**ex.headers(), "Cache-Control": "no-cache"},
+        )
+
+    async def _events(
+        self, ex: Exchange, up: Upstream, response: httpx.Response, client_usage: bool
+    ) -> AsyncIterator[bytes]:
+        splitter = EventSplitter()
+        saw_done = False
+        try:
+            async for data in response.aiter_raw():
+                for event in splitter.feed(data):
+                    if ex.ttft_s is None:
+                        ex.ttft_s = time.perf_counter() - ex.started
+                    usage, usage_only = usage_of(event)
+                    if usage is not None:
+                        ex.usage = usage
+                        if usage_only and not client_usage:
+                            continue
+                    saw_done = saw_done or event.startswith(DONE[:-2])
+                    yield event
+            if not saw_done:
+                raise httpx.RemoteProtocolError("stream ended without [DONE]")
+        except httpx.HTTPError:
+            ex.outcome, ex.status_code = "upstream_error", 502
+            self.pool.mark_down(up)
+            yield error_event("the model server failed while streaming; the answer is incomplete")
+            yield DONE
+        except (asyncio.CancelledError, GeneratorExit):
+            ex.outcome, ex.status_code = "disconnected", 499
+            raise
+        finally:
+            await response.aclose()
+            self.pool.release(up)
+            self._log(ex)
+
+    def _finish_error(self, ex: Exchange, response: Response) -> Response:
+        ex.status_code = response.status_code
+        ex.outcome = "unavailable"
+        self._log(ex)
+        return response
+
+    def _log(self, ex: Exchange) -> None:
+        """Count the request and append its query-log line."""
+        route = ex.ctx.retrieval.route
+        status = ex.outcome
+        self.metrics.requests.labels(ex.endpoint, route, status).inc()
+        usage = ex.usage or {}
+        prompt_tokens = usage.get("prompt_tokens")
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+        if isinstance(prompt_tokens, int):
+            self.metrics.record_usage(route, prompt_tokens, cached)
+        if ex.ttft_s is not None and ex.outcome == "ok":
+            self.metrics.ttft.labels(ex.endpoint, route).observe(ex.ttft_s)
+        if self.log_path is None:
+            return
+        r = ex.ctx.retrieval
+        prune = ex.ctx.prune
+        record = RouterLogRecord(
+            query=r.question,
+            ts=ex.ts,
+            endpoint=ex.endpoint,
+            route=route,
+            retrieved=ex.ctx.section_ids,
+            chunks=ex.ctx.kept_chunk_ids,
+            top_chunk=r.top_chunk_id,
+            period=r.period.describe() if r.period is not None else None,
+            pruned=len(r.chunk_ids) - len(ex.ctx.kept_chunk_ids) if prune is not None else None,
+            pruner_valid=prune.valid if prune is not None else None,
+            upstream=ex.upstream.label if ex.upstream is not None else None,
+            outcome=ex.outcome,
+            status_code=ex.status_code,
+            prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
+            cached_tokens=cached if isinstance(cached, int) else None,
+            completion_tokens=usage.get("completion_tokens"),
+            retrieval_ms=r.retrieval_s * 1000,
+            prune_ms=prune.elapsed_s * 1000 if prune is not None else None,
+            ttft_ms=ex.ttft_s * 1000 if ex.ttft_s is not None else None,
+            total_ms=(time.perf_counter() - ex.started) * 1000,
+        )
+        try:
+            append_log_record(self.log_path, record)
+        except OSError as exc:  # a full disk must not fail the answer already sent
+            log.error("query log %s: cannot append (%s)", self.log_path, exc.strerror)
+
+
+def _messages(body: dict[str, Any], endpoint: Endpoint) -> list[Any]:
+    """The chat messages of a request (a completions prompt becomes one user message)."""
+    if endpoint == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ConfigError("'messages' must be a non-empty list")
+        return messages
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise ConfigError(
+            "'prompt' must be one string: the router retrieves for a question, not token ids "
+            "or batches"
+        )
+    return [{"role": "user", "content": prompt}]
+
+
+def _usage(content: bytes) -> dict[str, Any] | None:
+    try:
+        usage = orjson.loads(content).get("usage")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return usage if isinstance(usage, dict) else None
+
+
+async def _wait_disconnect(request: Request) -> None:
+    """Return when the client goes away (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,90 @@
+"""The router's Prometheus metrics (own registry, served at /metrics).
+
+Upstreams are labelled by their position in --upstream (0, 1, ...), never by address.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_RETRIEVAL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+class RouterMetrics:
+    """Counters and histograms for requests, TTFT, retrieval and upstream prefix-cache hits."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "residency_router_requests",
+            "Requests by endpoint, route and outcome.",
+            ("endpoint", "route", "status"),
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "residency_router_time_to_first_token_seconds",
+            "Request arrival to the first streamed event (streams) or the whole answer.",
+            ("endpoint", "route"),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.retrieval = Histogram(
+            "residency_router_retrieval_seconds",
+            "Retrieval, routing and time-expression handling per request.",
+            buckets=_RETRIEVAL_BUCKETS,
+            registry=r,
+        )
+        self.prune = Histogram(
+            "residency_router_prune_seconds",
+            "Listwise pruner calls.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.pruner_invalid = Counter(
+            "residency_router_pruner_invalid",
+            "Pruner answers that were invalid or failed (everything kept).",
+            registry=r,
+        )
+        self.prompt_tokens = Counter(
+            "residency_router_prompt_tokens",
+            "Prompt tokens reported by upstream usage.",
+            ("route",),
+            registry=r,
+        )
+        self.cached_tokens = Counter(
+            "residency_router_cached_prompt_tokens",
+            "Prompt tokens upstream served from its prefix cache (usage.prompt_tokens_details).",
+            ("route",),
+            registry=r,
+        )
+        self.hit_ratio = Gauge(
+            "residency_router_prefix_cache_hit_ratio",
+            "Cached / prompt tokens over all requests with usage since start.",
+            registry=r,
+        )
+        self.upstream_healthy = Gauge(
+            "residency_router_upstream_healthy",
+            "1 when the upstream answers /health and is in rotation.",
+            ("upstream",),
+            registry=r,
+        )
+        self.upstream_outstanding = Gauge(
+            "residency_router_upstream_outstanding_requests",
+            "Requests in flight per upstream (the balancer's key).",
+            ("upstream",),
+            registry=r,
+        )
+        self._prompt_total = 0
+        self._cached_total = 0
+
+    def record_usage(self, route: str, prompt_tokens: int, cached_tokens: int | None) -> None:
+        """Count one request's usage and refresh the hit ratio."""
+        self.prompt_tokens.labels(route).inc(prompt_tokens)
+        self._prompt_total += prompt_tokens
+        if cached_tokens is not None:
+            self.cached_tokens.labels(route).inc(cached_tokens)
+            self._cached_total += cached_tokens
+        if self._prompt_total:
+            self.hit_ratio.set(self._cached_total / self._prompt_total)

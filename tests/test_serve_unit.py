@@ -1,0 +1,182 @@
+"""The router's pure parts: prompt assembly, SSE reassembly, settings, the balancer's choice."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from pydantic import ValidationError
+
+from residency.errors import ConfigError
+from residency.serve.prompt import (
+    CLIENT_SYSTEM_HEADER,
+    QUESTION_HEADER,
+    RETRIEVED_HEADER,
+    ContextBlock,
+    assemble_messages,
+    question_of,
+)
+from residency.serve.settings import ServeSettings, is_loopback
+from residency.serve.sse import DONE, EventSplitter, error_event, event_json, usage_of
+from residency.serve.telemetry import RouterMetrics
+from residency.serve.upstreams import NoUpstreamError, UpstreamPool
+
+PREFIX = "instructions\n\n# 参照文書\n\n[id: a] A\ntext\n"
+EMPTY = ContextBlock(period_line=None, passages=())
+
+
+def test_resident_route_sends_the_prefix_then_the_question_unchanged() -> None:
+    out = assemble_messages([{"role": "user", "content": "質問？"}], PREFIX, EMPTY)
+    assert out == [
+        {"role": "system", "content": PREFIX},
+        {"role": "user", "content": "質問？"},
+    ]
+
+
+def test_context_goes_into_the_last_user_turn_after_the_prefix() -> None:
+    block = ContextBlock(period_line="Period: 2025-01-01 〜 2025-01-07", passages=("[id: x] X\nx",))
+    messages = [
+        {"role": "system", "content": "丁寧に答えて"},
+        {"role": "user", "content": "前の質問"},
+        {"role": "assistant", "content": "前の答え"},
+        {"role": "user", "content": "正月に何があった？"},
+    ]
+    out = assemble_messages(messages, PREFIX, block)
+    assert [m["role"] for m in out] == ["system", "user", "assistant", "user"]
+    assert out[0]["content"] == PREFIX  # the client's system message never displaces it
+    assert out[1]["content"] == "前の質問"  # earlier turns are untouched
+    last = out[-1]["content"]
+    assert last.index(CLIENT_SYSTEM_HEADER) < last.index("丁寧に答えて")
+    assert last.index("# Period: 2025-01-01") < last.index(RETRIEVED_HEADER)
+    assert last.index("[id: x] X\nx") < last.index(QUESTION_HEADER)
+    assert last.endswith(f"{QUESTION_HEADER}\n正月に何があった？")
+    assert messages[-1]["content"] == "正月に何があった？"  # the request is not mutated
+
+
+def test_content_parts_keep_their_parts_after_a_text_context_part() -> None:
+    parts = [{"type": "text", "text": "これは何？"}]
+    out = assemble_messages(
+        [{"role": "user", "content": parts}], PREFIX, ContextBlock(None, ("[id: y] Y\ny",))
+    )
+    assert out[1]["content"][0]["type"] == "text"
+    assert out[1]["content"][0]["text"].endswith(QUESTION_HEADER)
+    assert out[1]["content"][1:] == parts
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        pytest.param([{"role": "user", "content": " 質問 "}], "質問", id="string"),
+        pytest.param(
+            [{"role": "user", "content": [{"type": "text", "text": "部分"}]}], "部分", id="parts"
+        ),
+        pytest.param(
+            [
+                {"role": "user", "content": "1"},
+                {"role": "assistant", "content": "a"},
+                {"role": "user", "content": "2"},
+            ],
+            "2",
+            id="last-user-turn",
+        ),
+    ],
+)
+def test_question_is_the_last_user_message(
+    messages: list[dict[str, object]], expected: str
+) -> None:
+    assert question_of(messages) == expected
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        pytest.param([{"role": "system", "content": "x"}], id="no-user"),
+        pytest.param([{"role": "user", "content": "  "}], id="blank"),
+    ],
+)
+def test_nothing_to_answer_is_a_config_error(messages: list[dict[str, object]]) -> None:
+    with pytest.raises(ConfigError):
+        question_of(messages)
+
+
+def test_sse_events_are_reassembled_across_arbitrary_chunk_boundaries() -> None:
+    stream = b'data: {"a": 1}\n\ndata: {"b": 2}\n\n' + DONE
+    for cut in range(1, len(stream)):
+        splitter = EventSplitter()
+        events = splitter.feed(stream[:cut]) + splitter.feed(stream[cut:])
+        assert events == [b'data: {"a": 1}\n\n', b'data: {"b": 2}\n\n', DONE]
+        assert splitter.rest() == b""
+
+
+def test_usage_only_chunk_is_recognised_and_content_chunks_are_not() -> None:
+    usage_only = (
+        b'data: {"choices": [], "usage": {"prompt_tokens": 9, '
+        b'"prompt_tokens_details": {"cached_tokens": 8}}}\n\n'
+    )
+    content = b'data: {"choices": [{"delta": {"content": "x"}}], "usage": null}\n\n'
+    assert usage_of(usage_only) == (
+        {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 8}},
+        True,
+    )
+    assert usage_of(content) == (None, False)
+    assert usage_of(DONE) == (None, False)
+
+
+def test_error_event_is_openai_shaped() -> None:
+    body = event_json(error_event("boom"))
+    assert body == {"error": {"message": "boom", "type": "server_error", "code": 502}}
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("localhost", True),
+        ("::1", True),
+        ("127.0.0.2", True),
+        ("0.0.0.0", False),
+        ("192.168.1.5", False),
+        ("example.org", False),
+    ],
+)
+def test_loopback_hosts(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+def _settings(**kw: object) -> ServeSettings:
+    base: dict[str, object] = {"plan": "plan.json", "upstreams": ("http://x",), "log": None}
+    return ServeSettings.model_validate({**base, **kw})
+
+
+def test_binding_beyond_loopback_requires_an_api_key() -> None:
+    with pytest.raises(ValidationError, match="--api-key"):
+        _settings(host="0.0.0.0")
+    assert _settings(host="0.0.0.0", api_key="s3cret-key").host == "0.0.0.0"
+
+
+def test_pool_picks_the_least_outstanding_usable_upstream() -> None:
+    asyncio.run(_pool_scenario())
+
+
+async def _pool_scenario() -> None:
+    async with httpx.AsyncClient() as http:
+        pool = UpstreamPool(["http://a", "http://b/v1", "http://c"], http, RouterMetrics(), 5.0)
+        a, b, c = pool.upstreams
+        assert b.url == "http://b"  # a trailing /v1 is not part of the base URL
+        with pytest.raises(NoUpstreamError):
+            pool.pick()
+        for up in (a, b, c):
+            up.healthy = True
+        c.excluded = "serves another model"
+        await pool.acquire(a)
+        assert pool.pick() is b
+        await pool.acquire(b)
+        await pool.acquire(b)
+        assert pool.pick() is a  # 1 in flight beats 2
+        assert pool.pick(exclude=[a]) is b
+        pool.release(b)
+        pool.release(b)
+        pool.mark_down(a)
+        assert pool.pick() is b
+        assert not c.usable

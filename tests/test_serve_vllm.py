@@ -1,0 +1,506 @@
+"""`residency serve` as a real process (uvicorn) in front of real vLLM CPU servers.
+
+The router's choices are checked against the library computing the same thing in-process
+(`ContextBuilder`), and every cache claim against vLLM's own `cached_tokens`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from router_server import RouterProcess
+from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
+
+from residency.coverage_runs import squad_corpus
+from residency.index import IndexOptions, build_index, open_index
+from residency.metrics import parse_prometheus, sum_samples
+from residency.planning.plan_model import ResidencyPlan, read_plan
+from residency.query_log import read_query_log
+from residency.serve.context import ContextBuilder, Retrieval
+from residency.serve.prompt import assemble_messages
+from residency.serve.settings import ServeSettings
+from residency.token_count import LocalTokenCounter
+
+pytestmark = pytest.mark.vllm
+
+CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
+JSQUAD = REPO_ROOT.parent / "shared/data/jsquad/valid-v1.3.json"
+TODAY = "2025-06-15"
+BLOCK = 128  # the CPU build's block size for the tiny dense model
+ROUTER_ARGS = ("--retriever", "bm25", "--today", TODAY)
+
+
+def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m residency ARGS` as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "residency", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
+
+
+def make_plan(server_url: str, index_dir: Path, out: Path, *extra: str) -> Path:
+    """`residency plan --server URL --platform cpu --index DIR -o out`."""
+    done = run_cli(
+        "plan", "--server", server_url, "--platform", "cpu", "--index", str(index_dir),
+        "-o", str(out), *extra,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def builder_for(plan: Path, index_dir: Path, upstream: str) -> ContextBuilder:
+    """The library's view of what the router does for a question (same settings)."""
+    settings = ServeSettings(
+        plan=plan, upstreams=(upstream,), log=None, retriever="bm25",
+        today=dt.date.fromisoformat(TODAY),
+    )  # fmt: skip
+    return ContextBuilder(read_plan(plan), open_index(index_dir), settings)
+
+
+def chat(router: RouterProcess, question: str, **extra: Any) -> httpx.Response:
+    """A non-streaming chat request through the router."""
+    body = {"messages": [{"role": "user", "content": question}], "max_tokens": 4, **extra}
+    body.setdefault("temperature", 0)
+    return httpx.post(f"{router.base_url}/v1/chat/completions", json=body, timeout=300)
+
+
+def retrieved(response: httpx.Response) -> list[str]:
+    """Section ids of the X-Residency-Retrieved header."""
+    raw = response.headers["x-residency-retrieved"]
+    return [urllib.parse.unquote(s) for s in raw.split(",")] if raw else []
+
+
+def sse_events(response: httpx.Response) -> Iterator[dict[str, Any] | str]:
+    """Parsed 'data:' events of a streamed response ('[DONE]' as the string)."""
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            yield "[DONE]" if line == "data: [DONE]" else json.loads(line[6:])
+
+
+def metric(url: str, name: str) -> float:
+    """Sum of a Prometheus metric's samples at url/metrics."""
+    return sum_samples(parse_prometheus(httpx.get(f"{url}/metrics", timeout=10).text), name)
+
+
+@pytest.fixture(scope="module")
+def sample_index(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
+    """A BM25-only index of the sample corpus, token counts from the tiny tokenizer."""
+    index_dir = tmp_path_factory.mktemp("serve") / "index"
+    build_index(
+        CORPUS, index_dir, IndexOptions(dense=False), LocalTokenCounter(tiny_tokenizer_dir), None
+    )
+    return index_dir
+
+
+@pytest.fixture(scope="module")
+def sample_plan(
+    vllm_dense_server: VllmServer, sample_index: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A ~29K-token plan for the session dense server."""
+    out = tmp_path_factory.mktemp("serve-plan") / "plan.json"
+    return make_plan(vllm_dense_server.base_url, sample_index, out)
+
+
+@pytest.fixture(scope="module")
+def router(
+    vllm_dense_server: VllmServer, sample_plan: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RouterProcess]:
+    """The router over the dense server, warmed at start."""
+    proc = RouterProcess(
+        sample_plan, [vllm_dense_server.base_url], tmp_path_factory.mktemp("router"), ROUTER_ARGS
+    )
+    with proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def builder(sample_plan: Path, sample_index: Path, vllm_dense_server: VllmServer) -> ContextBuilder:
+    return builder_for(sample_plan, sample_index, vllm_dense_server.base_url)
+
+
+def first_question(
+    builder: ContextBuilder, plan: ResidencyPlan, route: str
+) -> tuple[str, Retrieval]:
+    """A question (a section title) whose route is `route`, with the library's retrieval."""
+    ids = (
+        [i.section_id for i in plan.resident] if route == "resident" else plan.long_tail_section_ids
+    )
+    for sid in ids:
+        title = builder.index.section(sid).title
+        if not title:
+            continue
+        r = builder.retrieve(title.split(" > ")[-1] + "について教えて")
+        if r.route == route and (
+            route == "resident" or sid in {builder.index.section_of(c) for c in r.chunk_ids}
+        ):
+            return r.question, r
+    raise AssertionError(f"no section title routes {route}")
+
+
+def test_resident_route_hits_the_warmed_prefix(
+    router: RouterProcess, builder: ContextBuilder, sample_plan: Path
+) -> None:
+    plan = read_plan(sample_plan)
+    question, expected = first_question(builder, plan, "resident")
+    response = chat(router, question)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-residency-route"] == "resident"
+    assert retrieved(response) == [builder.index.section_of(c) for c in expected.chunk_ids]
+    usage = response.json()["usage"]
+    cached = usage["prompt_tokens_details"]["cached_tokens"]
+    assert plan.prefix.token_count > 20_000
+    assert cached >= plan.prefix.token_count - BLOCK  # the prefix, minus at most one block
+    assert usage["prompt_tokens"] > plan.prefix.token_count
+
+
+def test_long_tail_question_gets_its_section_retrieved(
+    router: RouterProcess, builder: ContextBuilder, sample_plan: Path
+) -> None:
+    plan = read_plan(sample_plan)
+    question, expected = first_question(builder, plan, "long_tail")
+    response = chat(router, question)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-residency-route"] == "long_tail"
+    sections = retrieved(response)
+    assert sections == list(dict.fromkeys(builder.index.section_of(c) for c in expected.chunk_ids))
+    assert not set(sections) & {i.section_id for i in plan.resident if i.id == i.section_id}
+    cached = response.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= plan.prefix.token_count - BLOCK  # retrieved text comes after the prefix
+
+
+def test_time_expression_pins_dated_notes_and_states_the_period(
+    router: RouterProcess, builder: ContextBuilder
+) -> None:
+    response = chat(router, "去年の年末から正月にかけて、灯台でどんな故障があった？")
+    assert response.status_code == 200, response.text
+    r = builder.retrieve("去年の年末から正月にかけて、灯台でどんな故障があった？")
+    assert r.period is not None
+    if r.dated_section_ids:  # in-range notes that are not resident are pinned first
+        assert response.headers["x-residency-route"] == "dated"
+        assert retrieved(response)[: len(r.dated_section_ids)] == list(r.dated_section_ids)
+    for sid in r.dated_section_ids:
+        day = builder.index.section(sid).date
+        assert day is not None
+        assert r.period.contains(day)
+    lines = read_query_log(router.query_log).entries
+    assert lines  # the router logged it; the period is recorded beside the query
+    raw = [json.loads(x) for x in router.query_log.read_text("utf-8").splitlines()]
+    assert any(x.get("period") and "2025-01-0" in x["period"] for x in raw)
+
+
+def test_streaming_passes_through_token_for_token(
+    router: RouterProcess, builder: ContextBuilder, vllm_dense_server: VllmServer, sample_plan: Path
+) -> None:
+    plan = read_plan(sample_plan)
+    question, r = first_question(builder, plan, "long_tail")
+    body = {"max_tokens": 24, "temperature": 0, "stream": True}
+    messages = assemble_messages(
+        [{"role": "user", "content": question}], plan.prefix.text, builder.render(r, r.chunk_ids)
+    )
+    with httpx.stream(
+        "POST", f"{vllm_dense_server.base_url}/v1/chat/completions",
+        json={**body, "model": "tiny", "messages": messages,
+              "stream_options": {"include_usage": True}}, timeout=300,
+    ) as direct:  # fmt: skip
+        # The router always asks for usage (to read cached tokens) and drops the usage-only
+        # chunk for a client that did not: compare with the same upstream request.
+        upstream = [e for e in sse_events(direct) if isinstance(e, str) or e["choices"]]
+    with httpx.stream(
+        "POST", f"{router.base_url}/v1/chat/completions",
+        json={**body, "messages": [{"role": "user", "content": question}]}, timeout=300,
+    ) as routed:  # fmt: skip
+        assert routed.headers["content-type"].startswith("text/event-stream")
+        through = list(sse_events(routed))
+    assert through[-1] == upstream[-1] == "[DONE]"
+    strip = ("id", "created")
+    assert [
+        {k: v for k, v in e.items() if k not in strip} if isinstance(e, dict) else e
+        for e in through
+    ] == [
+        {k: v for k, v in e.items() if k not in strip} if isinstance(e, dict) else e
+        for e in upstream
+    ]
+    assert all(isinstance(e, str) or e.get("usage") is None for e in through)
+
+    # Asked for usage: the usage chunk passes through, with the prefix cached.
+    with httpx.stream(
+        "POST", f"{router.base_url}/v1/chat/completions",
+        json={**body, "messages": [{"role": "user", "content": question}],
+              "stream_options": {"include_usage": True}}, timeout=300,
+    ) as routed:  # fmt: skip
+        events = [e for e in sse_events(routed) if isinstance(e, dict)]
+    usage = events[-1]["usage"]
+    assert events[-1]["choices"] == []
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= plan.prefix.token_count - BLOCK
+
+
+def test_completions_endpoint_sends_the_same_cached_prefix(
+    router: RouterProcess, sample_plan: Path
+) -> None:
+    plan = read_plan(sample_plan)
+    response = httpx.post(
+        f"{router.base_url}/v1/completions",
+        json={"prompt": "灯台の点検はいつ？", "max_tokens": 4, "temperature": 0},
+        timeout=300,
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["object"] == "text_completion"
+    assert (
+        body["usage"]["prompt_tokens_details"]["cached_tokens"] >= plan.prefix.token_count - BLOCK
+    )
+    bad = httpx.post(f"{router.base_url}/v1/completions", json={"prompt": [1, 2, 3]}, timeout=30)
+    assert bad.status_code == 400
+    assert bad.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_bad_requests_get_openai_shaped_400s(router: RouterProcess) -> None:
+    url = f"{router.base_url}/v1/chat/completions"
+    cases = [
+        httpx.post(url, content=b"{not json", timeout=30),
+        httpx.post(url, json={"messages": []}, timeout=30),
+        httpx.post(url, json={"messages": [{"role": "system", "content": "x"}]}, timeout=30),
+    ]
+    for response in cases:
+        assert response.status_code == 400
+        assert set(response.json()["error"]) >= {"message", "type", "code"}
+    missing = httpx.get(f"{router.base_url}/v1/nothing", timeout=30)
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_models_health_metrics_and_the_query_log_closes_the_loop(
+    router: RouterProcess, sample_index: Path, tmp_path: Path
+) -> None:
+    chat(router, "霧信号はどの灯台にある？")
+    models = httpx.get(f"{router.base_url}/v1/models", timeout=30).json()
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    assert httpx.get(f"{router.base_url}/health", timeout=30).json()["upstreams_usable"] == 1
+    text = httpx.get(f"{router.base_url}/metrics", timeout=30).text
+    samples = parse_prometheus(text)
+    assert sum_samples(samples, "residency_router_requests_total") >= 1
+    assert 0.5 < sum_samples(samples, "residency_router_prefix_cache_hit_ratio") <= 1
+    assert sum_samples(samples, "residency_router_retrieval_seconds_count") >= 1
+    assert "127.0.0.1" not in text  # upstreams are labelled by position only
+
+    log = read_query_log(router.query_log)
+    assert log.skipped == ()
+    records = [json.loads(x) for x in router.query_log.read_text("utf-8").splitlines()]
+    assert all({"route", "retrieved", "cached_tokens", "retrieval_ms", "total_ms"} <= r.keys()
+               for r in records if r["outcome"] == "ok")  # fmt: skip
+    out = tmp_path / "replan.json"
+    done = run_cli(
+        "plan", "--index", str(sample_index), "--log", str(router.query_log),
+        "--max-model-len", "8192", "-o", str(out), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text("utf-8"))["log"]["entries"] == len(log.entries)
+
+
+def test_client_disconnect_cancels_the_upstream_request(
+    router: RouterProcess, vllm_dense_server: VllmServer
+) -> None:
+    url = vllm_dense_server.base_url
+    body = {
+        "messages": [{"role": "user", "content": "長い答えを"}],
+        "max_tokens": 3000, "ignore_eos": True, "stream": True,
+    }  # fmt: skip
+    with httpx.stream(
+        "POST", f"{router.base_url}/v1/chat/completions", json=body, timeout=300
+    ) as response:
+        events = sse_events(response)
+        for _ in range(3):
+            next(events)
+        assert metric(url, "vllm:num_requests_running") == 1
+    deadline = time.monotonic() + 30
+    while metric(url, "vllm:num_requests_running") != 0:
+        assert time.monotonic() < deadline, "vLLM still runs the request of a gone client"
+        time.sleep(0.25)
+
+
+@contextlib.contextmanager
+def dead_port() -> Iterator[int]:
+    """A port bound but not listening (connections are refused), held for the block."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
+
+
+def test_no_healthy_upstream_is_a_503_that_names_no_address(
+    tmp_path: Path, sample_plan: Path
+) -> None:
+    with dead_port() as port:
+        _no_upstream(tmp_path, sample_plan, port)
+
+
+def _no_upstream(tmp_path: Path, sample_plan: Path, port: int) -> None:
+    proc = RouterProcess(sample_plan, [f"http://127.0.0.1:{port}"], tmp_path, ("--no-warm",))
+    with proc.start(require_healthy=False):
+        response = chat(proc, "灯台は？")
+        assert response.status_code == 503
+        error = response.json()["error"]
+        assert error["type"] == "service_unavailable"
+        assert str(port) not in response.text
+        assert "127.0.0.1" not in response.text
+        assert httpx.get(f"{proc.base_url}/health", timeout=10).status_code == 503
+        assert httpx.get(f"{proc.base_url}/v1/models", timeout=10).status_code == 503
+    record = json.loads(proc.query_log.read_text("utf-8").splitlines()[-1])
+    assert record["outcome"] == "unavailable"
+    assert record["status_code"] == 503
+
+
+def test_api_key_is_required_and_exposure_without_one_is_refused(
+    tmp_path: Path, sample_plan: Path
+) -> None:
+    refused = run_cli("serve", "--plan", str(sample_plan), "--host", "0.0.0.0", timeout=60)
+    assert refused.returncode == 1
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert "--api-key" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    key = "test-key-123456"
+    with dead_port() as port:
+        proc = RouterProcess(sample_plan, [f"http://127.0.0.1:{port}"], tmp_path, ("--no-warm",),
+                             env={"RESIDENCY_API_KEY": key})  # fmt: skip
+        try:
+            proc.start(require_healthy=False)
+            assert chat(proc, "灯台は？").status_code == 401
+            denied = httpx.get(f"{proc.base_url}/metrics", timeout=10)
+            assert denied.status_code == 401
+            assert denied.json()["error"]["code"] == "invalid_api_key"
+            bearer = {"Authorization": f"Bearer {key}"}
+            ok = httpx.get(f"{proc.base_url}/metrics", headers=bearer, timeout=10)
+            assert ok.status_code == 200
+            assert httpx.get(f"{proc.base_url}/health", timeout=10).status_code == 503  # open
+        finally:
+            proc.stop()
+
+
+def _stream_until_end(
+    url: str, body: dict[str, Any], out: list[Any], started: threading.Event, stop: threading.Event
+) -> None:
+    with httpx.stream("POST", url, json=body, timeout=300) as response:
+        if response.status_code != 200:
+            out.append(f"HTTP {response.status_code}: {response.read()!r}")
+            started.set()
+            return
+        for event in sse_events(response):
+            started.set()
+            out.append(event)
+            if stop.is_set():
+                return  # the client goes away mid-stream
+
+
+def test_balancing_and_an_upstream_killed_mid_stream(
+    vllm_server_factory: VllmServerFactory,
+    dense_model_dir: Path,
+    vllm_dense_server: VllmServer,
+    sample_index: Path,
+    tmp_path: Path,
+) -> None:
+    # A ~6K-token prefix leaves room for long answers: streams outlive the kill below.
+    plan = make_plan(
+        vllm_dense_server.base_url, sample_index, tmp_path / "plan.json",
+        "--reserve-retrieved", "24000",
+    )  # fmt: skip
+    doomed = vllm_server_factory(
+        dense_model_dir,
+        extra_args=("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching"),
+        name="doomed",
+    )
+    proc = RouterProcess(plan, [doomed.base_url, vllm_dense_server.base_url], tmp_path, ROUTER_ARGS)
+    with proc:
+        body = {
+            "messages": [{"role": "user", "content": "長い答えを"}],
+            "max_tokens": 20000, "ignore_eos": True, "stream": True,
+        }  # fmt: skip
+        url = f"{proc.base_url}/v1/chat/completions"
+        outs: list[list[Any]] = [[] for _ in range(4)]
+        starts = [threading.Event() for _ in outs]
+        stop = threading.Event()
+        threads = [
+            threading.Thread(target=_stream_until_end, args=(url, body, out, started, stop))
+            for out, started in zip(outs, starts, strict=True)
+        ]
+        for t in threads:
+            t.start()
+        for out, started in zip(outs, starts, strict=True):
+            assert started.wait(180), proc.log_tail()
+            assert not isinstance(out[0], str), out[0]
+        samples = parse_prometheus(httpx.get(f"{proc.base_url}/metrics", timeout=10).text)
+        per = {
+            s.labels["upstream"]: s.value
+            for s in samples
+            if s.name == "residency_router_upstream_outstanding_requests"
+        }
+        assert per == {"0": 2.0, "1": 2.0}  # least outstanding: two each
+
+        assert doomed.pid is not None
+        os.killpg(doomed.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while sum(t.is_alive() for t in threads) > 2:
+            assert time.monotonic() < deadline, "streams of a killed upstream did not end"
+            time.sleep(0.2)
+        ended = [o for o, t in zip(outs, threads, strict=True) if not t.is_alive()]
+        for out in ended:
+            assert out[-1] == "[DONE]"
+            assert out[-2]["error"]["type"] == "server_error"
+        stop.set()  # the healthy upstream's two streams: the clients hang up
+        for t in threads:
+            t.join(60)
+        after = chat(proc, "霧信号はどの灯台にある？")
+        assert after.status_code == 200, after.text  # served by the healthy upstream
+    records = [json.loads(x) for x in proc.query_log.read_text("utf-8").splitlines()]
+    by_outcome = sorted((r["outcome"], r["upstream"]) for r in records)
+    assert by_outcome == [
+        ("disconnected", "1"), ("disconnected", "1"), ("ok", "1"),
+        ("upstream_error", "0"), ("upstream_error", "0"),
+    ]  # fmt: skip
+
+
+@pytest.mark.skipif(not JSQUAD.is_file(), reason=f"JSQuAD not found at {JSQUAD}")
+def test_jsquad_questions_whose_paragraph_is_not_resident_get_it_retrieved(
+    vllm_dense_server: VllmServer, tiny_tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    corpus = squad_corpus(JSQUAD, REPO_ROOT / ".cache" / "coverage")
+    index_dir = tmp_path / "index"
+    build_index(
+        corpus / "docs", index_dir, IndexOptions(dense=False),
+        LocalTokenCounter(tiny_tokenizer_dir), None,
+    )  # fmt: skip
+    # A small resident budget (~6K tokens) leaves most paragraphs to retrieval.
+    plan_path = make_plan(
+        vllm_dense_server.base_url, index_dir, tmp_path / "plan.json",
+        "--reserve-retrieved", "23000",
+    )  # fmt: skip
+    plan = read_plan(plan_path)
+    resident = {i.section_id for i in plan.resident}
+    questions = [json.loads(x) for x in (corpus / "qa.jsonl").read_text("utf-8").splitlines()]
+    tail = [q for q in questions if not set(q["relevant_ids"]) & resident][:30]
+    assert len(tail) == 30
+    proc = RouterProcess(plan_path, [vllm_dense_server.base_url], tmp_path, ROUTER_ARGS)
+    with proc:
+        found = 0
+        for q in tail:
+            response = chat(proc, q["query"], max_tokens=1)
+            assert response.status_code == 200, response.text
+            found += bool(set(retrieved(response)) & set(q["relevant_ids"]))
+    assert found >= 27, f"gold paragraph retrieved for {found} of 30 long-tail questions"
