@@ -9,6 +9,8 @@ in a torn line, and earlier lines must still count.
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import os
 from pathlib import Path
 
 import orjson
@@ -66,3 +68,42 @@ def read_query_log(path: Path) -> LogRead:
 def append_log_record(path: Path, record: BaseModel) -> None:
     """Append one record as a single line (O_APPEND: concurrent writers never interleave)."""
     append_line(path, orjson.dumps(record.model_dump(mode="json", exclude_none=True)))
+
+
+class QueryLogWriter:
+    """The router's open query log: one O_APPEND write per line, fsync batched.
+
+    A single `write` on an O_APPEND descriptor is atomic with respect to other appenders, so
+    lines never interleave; a crash can lose at most the lines since the last `sync` (the OS
+    still holds them unless the machine itself goes down) and never corrupts earlier ones.
+    Syncing every line would put a disk flush (milliseconds) on every request's path.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise CorpusError(
+                f"--log {path}: cannot open it for appending ({exc.strerror})"
+            ) from None
+        self._dirty = False
+
+    def append(self, record: BaseModel) -> None:
+        """Write one record as one line."""
+        data = orjson.dumps(record.model_dump(mode="json", exclude_none=True)) + b"\n"
+        written = os.write(self._fd, data)
+        if written != len(data):  # pragma: no cover - only a full disk gets here
+            raise OSError(errno.ENOSPC, f"short append to {self.path}")
+        self._dirty = True
+
+    def sync(self) -> None:
+        """fsync what was appended since the last sync."""
+        if self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def close(self) -> None:
+        """Sync and close."""
+        self.sync()
+        os.close(self._fd)

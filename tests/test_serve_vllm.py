@@ -95,6 +95,18 @@ def sse_events(response: httpx.Response) -> Iterator[dict[str, Any] | str]:
             yield "[DONE]" if line == "data: [DONE]" else json.loads(line[6:])
 
 
+def log_records(router: RouterProcess, at_least: int = 1) -> list[dict[str, Any]]:
+    """The router's query-log lines, once it has written `at_least` of them (it logs a
+    non-streamed request just after sending the answer)."""
+    deadline = time.monotonic() + 10
+    while True:
+        text = router.query_log.read_text("utf-8") if router.query_log.exists() else ""
+        lines = [json.loads(x) for x in text.splitlines()]
+        if len(lines) >= at_least or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
 def metric(url: str, name: str) -> float:
     """Sum of a Prometheus metric's samples at url/metrics."""
     return sum_samples(parse_prometheus(httpx.get(f"{url}/metrics", timeout=10).text), name)
@@ -200,10 +212,13 @@ def test_time_expression_pins_dated_notes_and_states_the_period(
         day = builder.index.section(sid).date
         assert day is not None
         assert r.period.contains(day)
-    lines = read_query_log(router.query_log).entries
-    assert lines  # the router logged it; the period is recorded beside the query
-    raw = [json.loads(x) for x in router.query_log.read_text("utf-8").splitlines()]
-    assert any(x.get("period") and "2025-01-0" in x["period"] for x in raw)
+    deadline = time.monotonic() + 10
+    while not any("年末" in x["query"] for x in log_records(router)):
+        assert time.monotonic() < deadline, "the request was not logged"
+        time.sleep(0.05)
+    record = next(x for x in log_records(router) if "年末" in x["query"])
+    assert "2024-12-25" in record["period"]
+    assert "2025-01-07" in record["period"]
 
 
 def test_streaming_passes_through_token_for_token(
@@ -290,7 +305,9 @@ def test_bad_requests_get_openai_shaped_400s(router: RouterProcess) -> None:
 def test_models_health_metrics_and_the_query_log_closes_the_loop(
     router: RouterProcess, sample_index: Path, tmp_path: Path
 ) -> None:
+    before = len(log_records(router, 0))
     chat(router, "霧信号はどの灯台にある？")
+    log_records(router, before + 1)
     models = httpx.get(f"{router.base_url}/v1/models", timeout=30).json()
     assert [m["id"] for m in models["data"]] == ["tiny"]
     assert httpx.get(f"{router.base_url}/health", timeout=30).json()["upstreams_usable"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import logging
@@ -88,12 +89,15 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
                 settings.upstreams, http, metrics, settings.health_interval_s, on_join
             )
             await anyio.to_thread.run_sync(builder.warm_up)
-            state["router"] = Router(settings, builder, pool, http, metrics)
+            router = state["router"] = Router(settings, builder, pool, http, metrics)
             await pool.start()
+            syncer = asyncio.create_task(_sync_log_every(router, 1.0))
             try:
                 yield
             finally:
+                syncer.cancel()
                 await pool.stop()
+                router.close()
 
     async def chat(request: Request) -> Response:
         return await state["router"].handle(request, "chat")
@@ -147,6 +151,13 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
         exception_handlers={HTTPException: http_error, Exception: internal_error},
     )
     return ApiKeyMiddleware(app, settings.api_key) if settings.api_key else app
+
+
+async def _sync_log_every(router: Router, interval_s: float) -> None:
+    """Flush the query log to disk once per interval, off the request path."""
+    while True:
+        await asyncio.sleep(interval_s)
+        await anyio.to_thread.run_sync(router.sync_log)
 
 
 class ApiKeyMiddleware:
