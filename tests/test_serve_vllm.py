@@ -521,3 +521,70 @@ def test_jsquad_questions_whose_paragraph_is_not_resident_get_it_retrieved(
             assert response.status_code == 200, response.text
             found += bool(set(retrieved(response)) & set(q["relevant_ids"]))
     assert found >= 27, f"gold paragraph retrieved for {found} of 30 long-tail questions"
+
+
+def test_eval_answers_residency_strategy_goes_through_the_router(
+    router: RouterProcess,
+    vllm_dense_server: VllmServer,
+    sample_plan: Path,
+    sample_index: Path,
+    tmp_path: Path,
+) -> None:
+    plan = read_plan(sample_plan)
+    resident = {i.section_id for i in plan.resident}
+    questions = [
+        json.loads(x)
+        for x in (REPO_ROOT / "corpora/harbor-lights/qa.jsonl").read_text("utf-8").splitlines()
+    ]
+    # One question per type, so the per-type table has every row.
+    picked: dict[str, dict[str, Any]] = {}
+    for q in questions:
+        picked.setdefault(q["type"], q)
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in picked.values()))
+    records = tmp_path / "records.jsonl"
+    url = vllm_dense_server.base_url
+    done = run_cli(
+        "eval", "answers", "--questions", str(qa), "--index", str(sample_index),
+        "--strategy", "residency", "--strategy", "rag", "--router", router.base_url,
+        "--plan", str(sample_plan), "--generator", url, "--judge", url,
+        "--max-tokens", "8", "--judge-max-tokens", "32", "--records", str(records), "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    lines = [json.loads(x) for x in records.read_text("utf-8").splitlines()]
+    ours = [r for r in lines if r["strategy"] == "residency"]
+    assert len(ours) == len(picked) == 6
+    for r in ours:
+        assert r["route"] in ("resident", "long_tail", "dated")
+        assert r["cached_tokens"] >= plan.prefix.token_count - BLOCK  # the router's prefix
+        gold = set(r["relevant_ids"])
+        expected_visible = bool(gold & (resident | set(r["retrieved_ids"])))
+        if gold:
+            assert r["evidence_visible"] is expected_visible
+    assert {s["strategy"] for s in report["strategies"]} == {"residency", "rag"}
+
+
+def test_pruner_stage_grades_long_tail_passages_with_structured_output(
+    vllm_dense_server: VllmServer,
+    sample_plan: Path,
+    builder: ContextBuilder,
+    tmp_path: Path,
+) -> None:
+    question, expected = first_question(builder, read_plan(sample_plan), "long_tail")
+    assert len(expected.chunk_ids) > 1
+    url = vllm_dense_server.base_url
+    args = (*ROUTER_ARGS, "--pruner-url", url, "--pruner-model", "tiny", "--prune-keep-top-k", "1")
+    with RouterProcess(sample_plan, [url], tmp_path, args) as proc:
+        response = chat(proc, question)
+        assert response.status_code == 200, response.text
+        record = log_records(proc)[-1]
+        kept = retrieved(response)
+        samples = parse_prometheus(httpx.get(f"{proc.base_url}/metrics", timeout=10).text)
+    assert record["pruner_valid"] is True  # schema-valid grades from the tiny model
+    assert record["pruned"] == len(expected.chunk_ids) - len(record["chunks"])
+    assert record["chunks"][0] == expected.chunk_ids[0]  # the keep-top-k floor
+    assert 1 <= len(record["chunks"]) <= len(expected.chunk_ids)
+    assert kept == list(dict.fromkeys(builder.index.section_of(c) for c in record["chunks"]))
+    assert sum_samples(samples, "residency_router_prune_seconds_count") == 1
+    assert sum_samples(samples, "residency_router_pruner_invalid_total") == 0
