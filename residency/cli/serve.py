@@ -95,7 +95,9 @@ def serve(
     pruner_url: Annotated[
         str | None,
         typer.Option(
-            help='OpenAI-compatible URL of a small model that grades passages (off if unset); serve it with vLLM --structured-outputs-config \'{"backend": "xgrammar", "disable_any_whitespace": true}\'.',
+            help="OpenAI-compatible URL of a small model that grades passages (off if unset); "
+            "serve it with vLLM --structured-outputs-config "
+            '\'{"backend": "xgrammar", "disable_any_whitespace": true}\'.',
             rich_help_panel=_PRUNE,
         ),
     ] = None,
