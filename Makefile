@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install plan lint typecheck test bench ci clean
+.PHONY: install plan lint typecheck test bench results ci clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test:
 bench:
 	mkdir -p .benchmarks
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-json=.benchmarks/latest.json
+
+# The README's Results section: a demo run, every benchmark, then the tables (failures included).
+results:
+	.venv/bin/residency demo --out demo-out
+	-$(MAKE) bench
+	$(PY) scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out
 
 ci: install lint typecheck test
 

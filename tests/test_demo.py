@@ -28,14 +28,6 @@ from residency.demo import DemoReport
 pytestmark = pytest.mark.vllm
 
 MARK = "RESIDENCY_DEMO_TEST_RUN"
-# The command function, on a typer app of its own (the `residency` app registers it separately).
-RUNNER = (
-    "import typer\n"
-    "from residency.cli.demo import demo\n"
-    "app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)\n"
-    "app.command()(demo)\n"
-    "app()\n"
-)
 SHORT = ("--lengths", "1000,4000", "--repeats", "2", "--cold-repeats", "1")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -59,7 +51,7 @@ def demo_env(mark: str) -> dict[str, str]:
 
 def demo_argv(out: Path) -> list[str]:
     """`residency demo --out OUT` with short lengths and few repeats."""
-    return [sys.executable, "-c", RUNNER, "--out", str(out), *SHORT]
+    return [sys.executable, "-m", "residency", "demo", "--out", str(out), *SHORT]
 
 
 @dataclass(frozen=True)

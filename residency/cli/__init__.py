@@ -26,6 +26,7 @@ _err = Console(stderr=True, soft_wrap=True)
 def _register() -> None:
     from residency.cli import bench as bench_cli
     from residency.cli import corpus as corpus_cli
+    from residency.cli import demo as demo_cli
     from residency.cli import eval as eval_cli
     from residency.cli import index as index_cli
     from residency.cli import plan, profiles
@@ -40,6 +41,7 @@ def _register() -> None:
     app.command("warm")(warm_cli.warm)
     app.command("serve")(serve_cli.serve)
     app.command("bench")(bench_cli.bench)
+    app.command("demo")(demo_cli.demo)
 
 
 _register()

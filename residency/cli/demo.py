@@ -1,0 +1,107 @@
+"""`residency demo`: build, start, plan, warm, serve, measure and stop, in one command (no GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from residency.bench.ttft import DEFAULT_LENGTHS
+from residency.cli.bench import parse_lengths
+from residency.cli.bench import render as render_bench
+from residency.demo import DemoOptions, DemoReport, Terminated, run_demo
+
+_DEFAULT_LENGTHS = ",".join(map(str, DEFAULT_LENGTHS))
+
+
+def demo(
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Directory for plan.json, query-log.jsonl, bench.json, ttft.png, demo.json "
+            "and the servers' logs."
+        ),
+    ] = Path("demo-out"),
+    lengths: Annotated[
+        str, typer.Option(help="Prompt lengths in tokens for the TTFT comparison.")
+    ] = _DEFAULT_LENGTHS,
+    repeats: Annotated[int, typer.Option(help="Timed warm sends per length.")] = 3,
+    cold_repeats: Annotated[
+        int, typer.Option(help="Cold sends per length, each with a fresh salt.")
+    ] = 2,
+    keep_running: Annotated[
+        bool,
+        typer.Option(
+            "--keep-running", help="Leave vLLM and the router up afterwards and print their URLs."
+        ),
+    ] = False,
+    json: Annotated[
+        bool, typer.Option("--json", help="Print only demo.json's object (steps on stderr).")
+    ] = False,
+) -> None:
+    """Build a tiny model, start vLLM's CPU server, plan, warm, ask through the router, compare
+    cold and warm TTFT, draw the picture, then stop everything it started."""
+    options = DemoOptions(
+        out_dir=out,
+        lengths=parse_lengths(lengths),
+        repeats=repeats,
+        cold_repeats=cold_repeats,
+        keep_running=keep_running,
+    )
+    steps = Console(stderr=json, soft_wrap=True, highlight=False)
+    try:
+        report = run_demo(options, lambda line: steps.print(escape(line)))
+    except Terminated as exc:
+        Console(stderr=True).print(f"{exc}: every server the demo started is stopped")
+        raise typer.Exit(128 + exc.signum) from None
+    if json:
+        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        return
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:  # a pipe or file gets 80 columns: too few for the tables
+        console.width = 120
+    render(report, console)
+
+
+def render(report: DemoReport, console: Console) -> None:
+    """The questions, the TTFT table, where the artefacts are, and the servers if kept up."""
+    console.print(
+        f"[bold]plan[/]: {report.resident_sections} of {report.total_sections} sections "
+        f"resident, prefix {report.prefix_tokens:,} of {report.resident_budget_tokens:,} "
+        f"budget tokens; warm: {report.warm.cached_tokens:,} cached, TTFT "
+        f"{report.warm.cold_ttft_s:.2f} s → {report.warm.warm_ttft_s:.2f} s",
+        highlight=False,
+    )
+    table = Table(title="Questions through the router", title_justify="left")
+    table.add_column("question", max_width=30, overflow="fold")
+    table.add_column("route", no_wrap=True)
+    table.add_column("retrieved (sections)", max_width=40, overflow="fold")
+    for name in ("prompt", "cached", "TTFT s"):
+        table.add_column(name, justify="right")
+    for q in report.questions:
+        table.add_row(
+            escape(q.question),
+            q.route,
+            escape("\n".join(q.retrieved)) or "-",
+            f"{q.prompt_tokens:,}",
+            f"{q.cached_tokens:,}" if q.cached_tokens is not None else "-",
+            f"{q.ttft_s:.3f}",
+        )
+    console.print(table)
+    render_bench(report.bench, console)
+    console.print(
+        f"picture: {escape(report.plot_path)}; report: {escape(report.out_dir)}/demo.json; "
+        f"total {report.total_s:.0f} s",
+        highlight=False,
+    )
+    if report.kept_running:
+        for server in report.servers:
+            console.print(
+                f"{server.name} still running at {server.url} (stop: kill -TERM -- -{server.pgid})",
+                highlight=False,
+            )

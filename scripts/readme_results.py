@@ -1,0 +1,170 @@
+"""Regenerate the README's "Results" section from a pytest-benchmark JSON and a demo run.
+
+    python scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out
+
+Replaces everything between `<!-- results:begin -->` and `<!-- results:end -->`; copies the
+demo's picture to docs/demo-ttft.png. Figures are printed as measured, targets beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def _bench(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [b for b in data["benchmarks"] if b["name"].startswith(name)]
+
+
+def _machine(data: dict[str, Any]) -> str:
+    m = data.get("machine_info", {})
+    cpu = m.get("cpu", {})
+    brand = cpu.get("brand_raw") or m.get("processor") or "unknown CPU"
+    cores = cpu.get("count", "?")
+    python = m.get("python_version", "?")
+    return f"{brand}, {cores} cores, no GPU; Python {python}; {data.get('datetime', '')[:10]}"
+
+
+def ttft_table(data: dict[str, Any]) -> list[str]:
+    rows = _bench(data, "test_ttft_cold_vs_warm_by_length")
+    if not rows:
+        return []
+    out = [
+        "TTFT, uncached (a never-seen salted prefix) vs cached, vLLM CPU build, tiny models "
+        "(`benchmarks/test_bench_ttft.py`; medians; target warm/cold <= 0.10 at 16K+):",
+        "",
+        "| model | prompt tokens | uncached TTFT | cached TTFT | cached / uncached |",
+        "|---|---|---|---|---|",
+    ]
+    for b in rows:
+        info = b["extra_info"]
+        for label, r in info["lengths"].items():
+            out.append(
+                f"| {info['model']} | {label} | {r['median_cold_ttft_s']:.3f} s | "
+                f"{r['median_warm_ttft_s']:.3f} s | {r['warm_over_cold']:.3f} |"
+            )
+    return [*out, ""]
+
+
+def router_table(data: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for b in _bench(data, "test_router_overhead"):
+        i = b["extra_info"]
+        out += [
+            "Router (`benchmarks/test_bench_router.py`, same prompt direct vs through "
+            f"`residency serve`, {i['pairs']} interleaved pairs, resident route, BM25):",
+            "",
+            "| figure | measured | target |",
+            "|---|---|---|",
+            f"| overhead p50 | {i['overhead_p50_ms']:.2f} ms | <= 2 ms |",
+            f"| overhead p95 | {i['overhead_p95_ms']:.2f} ms | <= 5 ms |",
+            f"| noise floor (direct vs direct) p50 / p95 | {i['noise_p50_ms']:.2f} / "
+            f"{i['noise_p95_ms']:.2f} ms | — |",
+            f"| router retrieval + routing p50 | {i['retrieval_p50_ms']:.2f} ms | — |",
+        ]
+    for b in _bench(data, "test_ttft_through_the_router"):
+        i = b["extra_info"]
+        out.append(
+            f"| TTFT through router (cached) / uncached, {i['prefix_tokens']:,}-token prefix | "
+            f"{i['router_warm_ttft_s']:.3f} s / {i['uncached_ttft_s']:.2f} s = "
+            f"{i['ratio']:.3f} | <= 0.10 |"
+        )
+    for b in _bench(data, "test_64_concurrent"):
+        i = b["extra_info"]
+        out.append(
+            f"| {i['clients']} streaming clients for {i['seconds']:.0f} s | {i['ok']} streams, "
+            f"{i['dropped']} dropped, {i['corrupted']} corrupted, {i['5xx']} 5xx | 0 / 0 / 0 |"
+        )
+    return [*out, ""] if out else []
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (int, float, str, bool)) and not (isinstance(v, str) and len(v) > 40)
+
+
+def other_table(data: dict[str, Any]) -> list[str]:
+    skip = ("test_ttft_cold_vs_warm", "test_router_overhead", "test_ttft_through", "test_64_")
+    out = [
+        "Every other benchmark of the run (median wall time; scalar figures from `extra_info`):",
+        "",
+        "| benchmark | median | figures |",
+        "|---|---|---|",
+    ]
+    for b in data["benchmarks"]:
+        if b["name"].startswith(skip):
+            continue
+        figures = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in b["extra_info"].items()
+            if _scalar(v)
+        )
+        out.append(f"| `{b['name']}` | {b['stats']['median']:.4g} s | {figures[:400]} |")
+    return [*out, ""]
+
+
+def demo_section(demo_dir: Path) -> list[str]:
+    report_path = demo_dir / "demo.json"
+    if not report_path.is_file():
+        return []
+    demo = json.loads(report_path.read_text("utf-8"))
+    out = ["`residency demo` (the run that drew the picture below):", ""]
+    questions = demo.get("questions") or []
+    if questions:
+        out += [
+            "| question | route | retrieved | prompt tokens | cached tokens | TTFT |",
+            "|---|---|---|---|---|---|",
+        ]
+        for q in questions:
+            retrieved = ", ".join(q.get("retrieved_ids") or q.get("retrieved") or []) or "—"
+            out.append(
+                f"| {q.get('question') or q.get('query')} | {q.get('route')} | {retrieved} | "
+                f"{q.get('prompt_tokens')} | {q.get('cached_tokens')} | "
+                f"{(q.get('ttft_s') or 0):.3f} s |"
+            )
+        out.append("")
+    png = demo_dir / "ttft.png"
+    if png.is_file():
+        shutil.copyfile(png, REPO / "docs" / "demo-ttft.png")
+        out += ["![TTFT vs prompt length, cached and uncached](docs/demo-ttft.png)", ""]
+    if demo.get("elapsed_s"):
+        out += [f"The demo took {demo['elapsed_s']:.0f} s end to end.", ""]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--bench", type=Path, default=REPO / ".benchmarks/latest.json")
+    parser.add_argument("--demo", type=Path, default=REPO / "demo-out")
+    args = parser.parse_args(argv)
+    data = json.loads(args.bench.read_text("utf-8"))
+    lines = [
+        BEGIN,
+        f"Machine: {_machine(data)}. Regenerate with `make results`.",
+        "",
+        *demo_section(args.demo),
+        *ttft_table(data),
+        *router_table(data),
+        *other_table(data),
+        END,
+    ]
+    text = README.read_text("utf-8")
+    if BEGIN not in text or END not in text:
+        print(f"{README}: no {BEGIN} ... {END} markers", file=sys.stderr)
+        return 1
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    README.write_text(head + "\n".join(lines) + tail, "utf-8")
+    print(f"README results regenerated from {args.bench}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
