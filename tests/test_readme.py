@@ -22,5 +22,5 @@ def test_readme_help_blocks_match_the_cli() -> None:
 def test_readme_starts_with_the_two_fresh_machine_commands() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     first_block = text.split("```bash\n", 1)[1].split("```", 1)[0]
-    assert "make install && .venv/bin/residency plan" in first_block
+    assert "make install && .venv/bin/residency demo" in first_block
     assert "make test" in first_block

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -180,3 +184,30 @@ async def _pool_scenario() -> None:
         pool.mark_down(a)
         assert pool.pick() is b
         assert not c.usable
+
+
+def _serve_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "residency", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_taken_port_and_a_missing_plan_are_one_line_each(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        taken = _serve_cli("--plan", str(tmp_path / "plan.json"), "--port", str(port))
+    assert taken.returncode == 1
+    assert taken.stderr.strip() == (
+        f"error: --host 127.0.0.1 --port {port}: cannot listen there (Address already in use); "
+        "pick another --port or stop what holds it"
+    )
+    missing = _serve_cli("--plan", str(tmp_path / "plan.json"), "--port", "0")
+    assert missing.returncode == 1
+    assert missing.stderr.strip().splitlines() == [
+        f"error: --plan {tmp_path / 'plan.json'}: cannot read it (No such file or directory)"
+    ]

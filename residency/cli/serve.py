@@ -22,7 +22,10 @@ def serve(
     ),
     upstream: Annotated[
         list[str] | None,
-        typer.Option(help="vLLM base URL (repeatable; balanced by least outstanding requests)."),
+        typer.Option(
+            help="vLLM base URL (repeatable; balanced by least outstanding requests). "
+            "Default: http://127.0.0.1:8000."
+        ),
     ] = None,
     index: Annotated[
         Path | None, typer.Option(help="Index directory (default: the one the plan names).")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import socket
 
+from residency.errors import ConfigError
 from residency.serve.app import create_app, load_builder
 from residency.serve.settings import ServeSettings
 
@@ -12,6 +14,7 @@ def run_server(settings: ServeSettings) -> None:
     """Load the plan and index, then serve until SIGINT/SIGTERM (uvicorn)."""
     import uvicorn
 
+    _check_port(settings.host, settings.port)
     builder = load_builder(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = uvicorn.Config(
@@ -23,3 +26,19 @@ def run_server(settings: ServeSettings) -> None:
         timeout_graceful_shutdown=5,
     )
     uvicorn.Server(config).run()
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail with the flag to change before loading anything when the address is taken."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ConfigError(
+                f"--host {host} --port {port}: cannot listen there ({exc.strerror}); "
+                "pick another --port or stop what holds it"
+            ) from None
