@@ -323,6 +323,9 @@ def test_models_health_metrics_and_the_query_log_closes_the_loop(
     records = [json.loads(x) for x in router.query_log.read_text("utf-8").splitlines()]
     assert all({"route", "retrieved", "cached_tokens", "retrieval_ms", "total_ms"} <= r.keys()
                for r in records if r["outcome"] == "ok")  # fmt: skip
+    for r in (r for r in records if r["outcome"] == "ok"):
+        # Timings start at arrival: the router's own work includes retrieval, TTFT includes both.
+        assert r["retrieval_ms"] <= r["forward_ms"] <= r["ttft_ms"] <= r["total_ms"]
     out = tmp_path / "replan.json"
     done = run_cli(
         "plan", "--index", str(sample_index), "--log", str(router.query_log),

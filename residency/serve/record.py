@@ -37,5 +37,11 @@ class RouterLogRecord(BaseModel):
     completion_tokens: int | None = Field(default=None, ge=0, description="Generated tokens.")
     retrieval_ms: float = Field(ge=0, description="Retrieval + routing + time expressions.")
     prune_ms: float | None = Field(default=None, ge=0, description="Pruner call.")
+    forward_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="Arrival to the request handed to the upstream: the router's own work "
+        "(parse, retrieval, routing, assembly).",
+    )
     ttft_ms: float | None = Field(default=None, ge=0, description="Arrival to first event.")
     total_ms: float = Field(ge=0, description="Arrival to the last byte.")

@@ -16,7 +16,7 @@ import logging
 import time
 import urllib.parse
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
@@ -49,13 +49,14 @@ class Exchange:
 
     endpoint: Endpoint
     ctx: RequestContext
-    started: float = field(default_factory=time.perf_counter)
-    ts: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    started: float  # perf_counter at arrival
+    ts: dt.datetime  # wall clock at arrival (UTC)
     upstream: Upstream | None = None
     status_code: int = 200
     outcome: Outcome = "ok"
     usage: dict[str, Any] | None = None
     ttft_s: float | None = None
+    forward_s: float | None = None  # arrival -> request handed to the upstream
 
     def headers(self) -> dict[str, str]:
         """What the router tells the client about its choice (ids only, no addresses)."""
@@ -88,6 +89,8 @@ class Router:
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
+        arrived = time.perf_counter()
+        ts = dt.datetime.now(dt.UTC)
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
@@ -111,7 +114,7 @@ class Router:
             self.metrics.prune.observe(ctx.prune.elapsed_s)
             if not ctx.prune.valid:
                 self.metrics.pruner_invalid.inc()
-        ex = Exchange(endpoint, ctx)
+        ex = Exchange(endpoint, ctx, started=arrived, ts=ts)
         assembled = assemble_messages(messages, self.prefix_text, ctx.block)
         stream = bool(body.get("stream"))
         client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
@@ -154,7 +157,10 @@ class Router:
             out["prompt"] = tok.json()["tokens"]
         return orjson.dumps(out)
 
-    def _send(self, up: Upstream, endpoint: Endpoint, payload: bytes) -> httpx.Request:
+    def _send(
+        self, ex: Exchange, up: Upstream, endpoint: Endpoint, payload: bytes
+    ) -> httpx.Request:
+        ex.forward_s = time.perf_counter() - ex.started
         return self.http.build_request(
             "POST", f"{up.url}{_PATHS[endpoint]}", content=payload, headers=self._upstream_headers
         )
@@ -163,7 +169,7 @@ class Router:
         self, request: Request, ex: Exchange, up: Upstream, payload: bytes
     ) -> Response:
         async with self.pool.lease(up):
-            task = asyncio.ensure_future(self.http.send(self._send(up, ex.endpoint, payload)))
+            task = asyncio.ensure_future(self.http.send(self._send(ex, up, ex.endpoint, payload)))
             gone = asyncio.ensure_future(_wait_disconnect(request))
             done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
             if task not in done:
@@ -194,7 +200,7 @@ class Router:
     ) -> Response:
         await self.pool.acquire(up)
         try:
-            response = await self.http.send(self._send(up, ex.endpoint, payload), stream=True)
+            response = await self.http.send(self._send(ex, up, ex.endpoint, payload), stream=True)
         except BaseException:
             self.pool.release(up)
             raise
@@ -268,6 +274,8 @@ class Router:
             self.metrics.record_usage(route, prompt_tokens, cached)
         if ex.ttft_s is not None and ex.outcome == "ok":
             self.metrics.ttft.labels(ex.endpoint, route).observe(ex.ttft_s)
+        if ex.forward_s is not None:
+            self.metrics.forward.observe(ex.forward_s)
         if self.log is None:
             return
         r = ex.ctx.retrieval
@@ -291,6 +299,7 @@ class Router:
             completion_tokens=usage.get("completion_tokens"),
             retrieval_ms=r.retrieval_s * 1000,
             prune_ms=prune.elapsed_s * 1000 if prune is not None else None,
+            forward_ms=ex.forward_s * 1000 if ex.forward_s is not None else None,
             ttft_ms=ex.ttft_s * 1000 if ex.ttft_s is not None else None,
             total_ms=(time.perf_counter() - ex.started) * 1000,
         )

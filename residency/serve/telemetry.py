@@ -36,6 +36,12 @@ class RouterMetrics:
             buckets=_RETRIEVAL_BUCKETS,
             registry=r,
         )
+        self.forward = Histogram(
+            "residency_router_forward_seconds",
+            "Arrival to the request handed to the upstream (the router's own work).",
+            buckets=_RETRIEVAL_BUCKETS,
+            registry=r,
+        )
         self.prune = Histogram(
             "residency_router_prune_seconds",
             "Listwise pruner calls.",
