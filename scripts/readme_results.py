@@ -97,12 +97,54 @@ def router_table(data: dict[str, Any]) -> list[str]:
     return [*out, ""] if out else []
 
 
+def quality_tables(data: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for b in _bench(data, "test_jsquad_quality"):
+        i = b["extra_info"]
+        out += [
+            f"Retrieval on {i['dataset']} ({i['passages']:,} passages, {i['questions']:,} "
+            f"questions; `benchmarks/test_bench_retrieval.py`; targets BM25 R@3 >= .93, "
+            "fused MRR >= BM25's):",
+            "",
+            "| retriever | R@1 | R@3 | R@5 | R@10 | MRR@10 |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, m in i["metrics"].items():
+            out.append(
+                f"| {name} | {m['R@1']:.3f} | {m['R@3']:.3f} | {m['R@5']:.3f} | "
+                f"{m['R@10']:.3f} | {m['MRR@10']:.3f} |"
+            )
+        out.append("")
+    for b in _bench(data, "test_jsquad_coverage_comparison"):
+        out += [
+            "Evidence coverage on JSQuAD with Zipf traffic (`benchmarks/test_bench_coverage.py`; "
+            "targets: planner >= .985, >= RAG top-3 + 4 points, fewer tokens than RAG top-5):",
+            "",
+            "| strategy | coverage | evidence in prefix | tokens added per question |",
+            "|---|---|---|---|",
+        ]
+        for row in b["extra_info"]["table"]:
+            out.append(
+                f"| {row['strategy']} | {row['coverage']:.2%} | {row['in_prefix']:.1%} | "
+                f"{row['mean_added_tokens']:.0f} |"
+            )
+        out.append("")
+    return out
+
+
 def _scalar(v: Any) -> bool:
     return isinstance(v, (int, float, str, bool)) and not (isinstance(v, str) and len(v) > 40)
 
 
 def other_table(data: dict[str, Any]) -> list[str]:
-    skip = ("test_ttft_cold_vs_warm", "test_router_overhead", "test_ttft_through", "test_64_")
+    skip = (
+        "test_ttft_cold_vs_warm",
+        "test_router_overhead",
+        "test_ttft_through",
+        "test_64_",
+        "test_jsquad_quality",
+        "test_jsquad_coverage_comparison",
+    )
     out = [
         "Every other benchmark of the run (median wall time; scalar figures from `extra_info`):",
         "",
@@ -145,8 +187,12 @@ def demo_section(demo_dir: Path) -> list[str]:
     if png.is_file():
         shutil.copyfile(png, REPO / "docs" / "demo-ttft.png")
         out += ["![TTFT vs prompt length, cached and uncached](docs/demo-ttft.png)", ""]
-    if demo.get("elapsed_s"):
-        out += [f"The demo took {demo['elapsed_s']:.0f} s end to end.", ""]
+    total = demo.get("total_s") or demo.get("elapsed_s")
+    if total:
+        steps = ", ".join(
+            f"{step['name']} {step.get('seconds', 0):.1f} s" for step in demo.get("steps", [])
+        )
+        out += [f"The demo took {total:.0f} s end to end ({steps}).", ""]
     return out
 
 
@@ -173,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         *demo_section(args.demo),
         *ttft_table(data),
         *router_table(data),
+        *quality_tables(data),
         *other_table(data),
         END,
     ]
