@@ -33,6 +33,9 @@ from residency.tiny_model import (
 # Everything in this process and the servers it starts stays offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# CLI subprocesses print through rich, which wraps at the terminal width (80 without a tty): a
+# long tmp path could then split a phrase a test looks for. Wide output keeps lines whole.
+os.environ.setdefault("COLUMNS", "250")
 
 CACHE_DIR = Path(os.environ.get("RESIDENCY_TINY_MODEL_CACHE", REPO_ROOT / ".cache/tiny-models"))
 SERVED_MODEL_NAME = "tiny"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -179,8 +180,14 @@ def test_evaluate_reports_each_retriever_per_type_and_exclusions(
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    # Wide enough that rich never wraps a line at a long tmp path (the text is then stable).
+    env = {**os.environ, "COLUMNS": "250"}
     return subprocess.run(
-        [sys.executable, "-m", "residency", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "residency", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
 
 
