@@ -591,3 +591,22 @@ def test_pruner_stage_grades_long_tail_passages_with_structured_output(
     assert kept == list(dict.fromkeys(builder.index.section_of(c) for c in record["chunks"]))
     assert sum_samples(samples, "residency_router_prune_seconds_count") == 1
     assert sum_samples(samples, "residency_router_pruner_invalid_total") == 0
+
+
+def test_an_upstream_slower_than_the_request_timeout_is_a_504_and_stays_in_rotation(
+    vllm_dense_server: VllmServer, sample_plan: Path, tmp_path: Path
+) -> None:
+    args = (*ROUTER_ARGS, "--no-warm", "--request-timeout", "2")
+    with RouterProcess(sample_plan, [vllm_dense_server.base_url], tmp_path, args) as proc:
+        slow = chat(proc, "長い答えを", max_tokens=3000, ignore_eos=True)
+        assert slow.status_code == 504, slow.text
+        assert slow.json()["error"]["code"] == "upstream_timeout"
+        assert "127.0.0.1" not in slow.text
+        health = httpx.get(f"{proc.base_url}/health", timeout=10).json()
+        assert health["upstreams_usable"] == 1  # slow is not down
+        record = log_records(proc)[-1]
+    assert (record["outcome"], record["status_code"], record["upstream"]) == (
+        "upstream_error",
+        504,
+        "0",
+    )

@@ -29,7 +29,7 @@ from starlette.responses import Response, StreamingResponse
 from residency.errors import ConfigError
 from residency.query_log import QueryLogWriter
 from residency.serve.context import ContextBuilder, RequestContext
-from residency.serve.errors import bad_request, unavailable
+from residency.serve.errors import bad_request, error_response, unavailable
 from residency.serve.prompt import assemble_messages, question_of
 from residency.serve.record import Outcome, RouterLogRecord
 from residency.serve.settings import ServeSettings
@@ -41,6 +41,14 @@ log = logging.getLogger("residency.serve")
 Endpoint = Literal["chat", "completions"]
 _PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 _RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+
+
+class UpstreamAnswerError(Exception):
+    """vLLM answered a preparatory call (e.g. /tokenize) with an error to pass on as is."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
 
 
 @dataclass(slots=True)
@@ -131,9 +139,23 @@ class Router:
                 if stream:
                     return await self._stream(request, ex, up, payload, client_usage)
                 return await self._unary(request, ex, up, payload)
-            except _RETRYABLE:
+            except _RETRYABLE:  # nothing reached vLLM: try the next upstream
                 self.pool.mark_down(up)
                 tried.append(up)
+            except UpstreamAnswerError as answer:  # vLLM refused the request itself (e.g. 400)
+                ex.upstream = up
+                return self._finish_error(ex, answer.response, "client_error")
+            except httpx.TimeoutException:
+                ex.upstream = up
+                message = "the model server did not answer within --request-timeout"
+                response = error_response(504, message, "server_error", "upstream_timeout")
+                return self._finish_error(ex, response, "upstream_error")
+            except httpx.HTTPError:
+                ex.upstream = up
+                self.pool.mark_down(up)
+                message = "the model server failed while answering; retry shortly"
+                response = error_response(502, message, "server_error", "upstream_error")
+                return self._finish_error(ex, response, "upstream_error")
 
     async def _payload(
         self, up: Upstream, endpoint: Endpoint, body: dict[str, Any], assembled: list[Any]
@@ -153,7 +175,9 @@ class Router:
                 headers=self._upstream_headers,
             )
             if tok.status_code != 200:
-                raise httpx.RemoteProtocolError("tokenize failed")
+                raise UpstreamAnswerError(
+                    Response(tok.content, tok.status_code, media_type="application/json")
+                )
             out["prompt"] = tok.json()["tokens"]
         return orjson.dumps(out)
 
@@ -256,9 +280,11 @@ class Router:
             self.pool.release(up)
             self._log(ex)
 
-    def _finish_error(self, ex: Exchange, response: Response) -> Response:
+    def _finish_error(
+        self, ex: Exchange, response: Response, outcome: Outcome = "unavailable"
+    ) -> Response:
         ex.status_code = response.status_code
-        ex.outcome = "unavailable"
+        ex.outcome = outcome
         self._log(ex)
         return response
 
