@@ -26,6 +26,9 @@ from types import TracebackType
 
 import httpx
 
+from residency.process_group import die_with_parent
+from residency.process_group import group_alive as process_group_alive
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PYTHON = Path(sys.executable)
 LOG_TAIL_LINES = 40
@@ -170,7 +173,7 @@ class VllmServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent,
             )
         atexit.register(self.stop)  # an interpreter that exits early still stops its servers
         try:
@@ -300,39 +303,3 @@ class VllmServerFactory:
         """Stop all servers started by this factory, newest first."""
         while self.servers:
             self.servers.pop().stop()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the parent dies (Linux prctl PR_SET_PDEATHSIG).
-
-    A test run killed outright (SIGKILL, CI timeout) then still takes the API server down, and
-    vLLM's engine core and worker exit when the API server goes. (The signal follows the
-    thread that started the server: start servers from a long-lived thread.)
-    """
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-def process_group_alive(pgid: int) -> bool:
-    """Whether a live (non-zombie) process is still in group pgid."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # not Linux: ask the kernel, zombies included
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for stat_path in proc.glob("[0-9]*/stat"):
-        try:
-            stat = stat_path.read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False

@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import UpstreamError
+from residency.process_group import die_with_parent, group_alive
 
 LOG_TAIL_LINES = 30
 STOP_GRACE_S = 15.0  # vLLM's API server shuts its engine core and worker down within a few s
@@ -153,7 +153,7 @@ class ManagedServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=die_with_parent if self.die_with_parent else None,
             )
 
     def wait_healthy(self, timeout_s: float) -> None:
@@ -281,36 +281,3 @@ def _signals_ignored() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a live (non-zombie) process is still in group `pgid`."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # not Linux: ask the kernel (zombies count as alive there)
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for stat_path in proc.glob("[0-9]*/stat"):
-        try:
-            stat = stat_path.read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the demo dies (Linux prctl PR_SET_PDEATHSIG)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
