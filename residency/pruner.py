@@ -38,6 +38,8 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from residency.prompt_language import LanguageCode
+
 LOGGER = logging.getLogger("residency.pruner")
 PRUNER_SERVER_ARGS: tuple[str, ...] = (
     "--structured-outputs-config",
@@ -55,6 +57,7 @@ LOGGED_REPLY_CHARS = 200
 
 Failure = Literal["invalid_output", "upstream"]
 
+# Japanese corpora keep the bilingual prompt; English ones get English only (prompt_language.py).
 SYSTEM_PROMPT = """\
 あなたは検索結果の選別係です。質問に答えるために各文書がどれだけ必要かを 1〜5 で採点してください。
 You grade how much each numbered passage is needed to answer the question.
@@ -66,6 +69,15 @@ You grade how much each numbered passage is needed to answer the question.
 1 無関係 unrelated: 関係がない / nothing to do with the question
 
 すべての文書を番号順に一度ずつ採点し、JSON だけを返してください。
+Grade every passage once, in order, and reply with JSON only:
+{"grades":[{"passage":1,"grade":5},{"passage":2,"grade":1}]}"""
+SYSTEM_PROMPT_EN = """\
+You grade how much each numbered passage is needed to answer the question.
+5 essential: the answer is stated in it
+4 contributing: it directly helps to answer
+3 supporting: useful background or context
+2 tangential: same topic, not needed for the answer
+1 unrelated: nothing to do with the question
 Grade every passage once, in order, and reply with JSON only:
 {"grades":[{"passage":1,"grade":5},{"passage":2,"grade":1}]}"""
 
@@ -109,6 +121,9 @@ class PrunerSettings(BaseModel):
         max_length=4096,
         repr=False,
         description="Bearer token for the endpoint, if it wants one.",
+    )
+    language: LanguageCode = Field(
+        default="ja", description="The corpus language the prompt is worded in (ja: bilingual)."
     )
 
     @property
@@ -222,13 +237,15 @@ def grade_schema(n: int) -> dict[str, Any]:
     }
 
 
-def build_prompt(question: str, passages: Sequence[Passage]) -> str:
+def build_prompt(question: str, passages: Sequence[Passage], language: LanguageCode = "ja") -> str:
     """The user message: the question, then every passage under its number."""
-    parts = [f"質問 / Question: {question.strip()}", ""]
+    ja = language == "ja"
+    parts = [f"{'質問 / ' if ja else ''}Question: {question.strip()}", ""]
     for i, passage in enumerate(passages, start=1):
         parts.append(f"[{i}] {passage.text.strip()}")
     n = len(passages)
-    parts += ["", f"文書 1〜{n} を採点してください。 / Grade passages 1-{n}."]
+    ask = f"文書 1〜{n} を採点してください。 / Grade passages 1-{n}." if ja else f"Grade 1-{n}."
+    parts += ["", ask]
     return "\n".join(parts)
 
 
@@ -237,11 +254,12 @@ def build_request(
 ) -> dict[str, Any]:
     """The chat-completions body: greedy, schema-constrained, reply tokens bounded by n."""
     n = len(passages)
+    ja = settings.language == "ja"
     return {
         "model": settings.model,
         "messages": [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": build_prompt(question, passages)},
+            {"role": "system", "content": SYSTEM_PROMPT if ja else SYSTEM_PROMPT_EN},
+            {"role": "user", "content": build_prompt(question, passages, settings.language)},
         ],
         "temperature": 0,
         "max_tokens": min(settings.max_tokens, REPLY_TOKENS_BASE + REPLY_TOKENS_PER_PASSAGE * n),

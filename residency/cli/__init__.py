@@ -29,6 +29,7 @@ def _register() -> None:
     from residency.cli import demo as demo_cli
     from residency.cli import eval as eval_cli
     from residency.cli import index as index_cli
+    from residency.cli import model as model_cli
     from residency.cli import plan, profiles
     from residency.cli import serve as serve_cli
     from residency.cli import warm as warm_cli
@@ -38,6 +39,7 @@ def _register() -> None:
     app.command("index")(index_cli.index)
     app.add_typer(eval_cli.app, name="eval")
     app.add_typer(corpus_cli.app, name="corpus")
+    app.add_typer(model_cli.app, name="model")
     app.command("warm")(warm_cli.warm)
     app.command("serve")(serve_cli.serve)
     app.command("bench")(bench_cli.bench)

@@ -1,5 +1,6 @@
-"""`residency eval answers`: answers of rag, whole-text and residency graded by an LLM judge,
-side by side (registered on the `residency eval` app)."""
+"""`residency eval answers`: answers of rag (top-k for each --k), whole-text and residency,
+scored by the reference scorer (and an LLM judge when given), side by side (registered on the
+`residency eval` app)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from residency.cli.options import DEFAULT_SAMPLE_NAME, SampleOption
 from residency.cli.progress import BarProgress
+from residency.corpus.samples import get_sample
 from residency.errors import ConfigError
 from residency.eval_answers import (
     STRATEGIES,
     AnswerEvalJob,
     AnswerEvalReport,
     ScoreSummary,
+    StrategyReport,
     default_strategies,
     load_answer_questions,
     run_answer_eval,
@@ -30,26 +34,26 @@ from residency.eval_answers.records import StrategyName
 from residency.eval_answers.run import DEFAULT_K, DEFAULT_MAX_TOKENS
 from residency.eval_answers.scoring import diagnose
 from residency.index import open_index
-from residency.planning.run import REPO_ROOT, sample_index
+from residency.planning.run import sample_index
 
-SAMPLE_QUESTIONS = REPO_ROOT / "corpora" / "harbor-lights" / "qa.jsonl"
 FAILURES_SHOWN = 20
 
 
 def answers(
     questions: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             help="jsonl: id, query, relevant_ids (gold section ids), type, answer (reference).",
-            show_default="the sample corpus's qa.jsonl",
+            show_default="the --sample corpus's qa.jsonl",
         ),
-    ] = SAMPLE_QUESTIONS,
+    ] = None,
+    sample: SampleOption = DEFAULT_SAMPLE_NAME,
     index: Annotated[
         Path | None,
         typer.Option(
             "--index",
-            help="Index for rag retrieval and whole text (default: the sample corpus's, built "
-            "under .cache/ on first use).",
+            help="Index for rag retrieval and whole text (default: the --sample corpus's, "
+            "built under .cache/ on first use).",
         ),
     ] = None,
     strategy: Annotated[
@@ -67,7 +71,10 @@ def answers(
     ] = None,
     judge: Annotated[
         str | None,
-        typer.Option(help="OpenAI-compatible URL of the judge (default: --generator)."),
+        typer.Option(
+            help="OpenAI-compatible URL of an LLM judge (may be --generator's); without it the "
+            "reference scorer (token F1 + abstention) grades alone."
+        ),
     ] = None,
     judge_model: Annotated[
         str | None, typer.Option(help="Judge model (default: the judge server's only model).")
@@ -79,9 +86,15 @@ def answers(
         Path | None,
         typer.Option(help="plan.json the router serves: resident gold counts as visible."),
     ] = None,
-    k: Annotated[int, typer.Option("--k", help="Passages retrieved per question (rag).")] = (
-        DEFAULT_K
-    ),
+    k: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--k",
+            help="Passages retrieved per question (rag); repeat for one rag per value "
+            "(--k 3 --k 5).",
+            show_default=str(DEFAULT_K),
+        ),
+    ] = None,
     max_tokens: Annotated[
         int, typer.Option(help="max_tokens of every answer (temperature 0).")
     ] = DEFAULT_MAX_TOKENS,
@@ -101,10 +114,13 @@ def answers(
     ] = None,
     json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Generate answers per strategy, grade them 0/1/2 with an LLM judge, compare side by side."""
+    """Generate answers per strategy, score them 0/1/2 against the reference (and an LLM judge),
+    compare side by side, per question type."""
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit {limit}: must be at least 1")
     names = _strategies(strategy or [], router)
+    corpus = get_sample(sample)
+    questions = questions if questions is not None else corpus.questions
     qs = load_answer_questions(questions)[:limit]
     err = Console(stderr=True)
     bar = Progress(
@@ -116,7 +132,7 @@ def answers(
         disable=json or not err.is_terminal,
     )
     with bar:
-        opened = sample_index(BarProgress(bar)) if index is None else open_index(index)
+        opened = sample_index(BarProgress(bar), corpus) if index is None else open_index(index)
         job = AnswerEvalJob(
             questions_path=questions,
             questions=qs,
@@ -128,7 +144,7 @@ def answers(
             judge_model=judge_model,
             router=router,
             plan=plan,
-            k=k,
+            ks=tuple(k) if k else (DEFAULT_K,),
             max_tokens=max_tokens,
             judge_max_tokens=judge_max_tokens,
             records_path=records,
@@ -181,6 +197,7 @@ def _score_cells(s: ScoreSummary) -> list[str]:
     return [
         str(s.graded),
         _num(s.mean_score, ".2f"),
+        _num(s.mean_f1, ".2f"),
         _pct(s.correct, s.graded),
         _pct(s.partial, s.graded),
         _pct(s.hallucinated, s.graded),
@@ -194,6 +211,7 @@ def _score_cells(s: ScoreSummary) -> list[str]:
 _SCORE_COLUMNS = (
     "graded",
     "score\n/2",
+    "F1",
     "cor-\nrect",
     "part-\nial",
     "wrong",
@@ -204,6 +222,8 @@ _SCORE_COLUMNS = (
 )
 _COST_COLUMNS = (
     "evidence\nvisible",
+    "score\nseen",
+    "score\nunseen",
     "prompt\ntokens",
     "cached\ntokens",
     "TTFT\ns",
@@ -214,49 +234,56 @@ _COST_COLUMNS = (
 def render_answers(report: AnswerEvalReport, console: Console, records: Path | None) -> None:
     """Settings, the side-by-side tables, scores per type, failures, notes."""
     s = report.settings
+    judge = f"judge {escape(s.judge)} ({escape(str(s.judge_model))})" if s.judge else "no judge"
     console.print(
         f"[bold]{report.evaluated}[/] questions ({escape(s.questions)}); generator "
-        f"{escape(str(s.generator))} ({escape(str(s.generator_model))}), judge "
-        f"{escape(s.judge)} ({escape(s.judge_model)})"
+        f"{escape(str(s.generator))} ({escape(str(s.generator_model))}), {judge}"
         + (f", router {escape(s.router)}" if s.router else "")
-        + f"; rag k={s.k}, max_tokens {s.max_tokens}, temperature 0",
+        + f"; rag k={','.join(map(str, s.ks))}, max_tokens {s.max_tokens}, temperature 0",
         highlight=False,
     )
     for r in report.strategies:
         if r.skipped:
             console.print(f"[yellow]{r.strategy} skipped:[/] {escape(r.skipped)}", highlight=False)
     ran = [r for r in report.strategies if not r.skipped]
-    scores = _table("Answers, side by side", ("strategy",), _SCORE_COLUMNS)
-    cost = _table("Prompt, cache, latency (means over answers)", ("strategy",), _COST_COLUMNS)
+    scores = _table("Reference scorer (token F1 + abstention)", ("strategy",), _SCORE_COLUMNS[:-2])
+    scores.add_column("gen\nerror", justify="right", no_wrap=True)
+    for r in ran:
+        cells = _score_cells(r.overall)
+        scores.add_row(r.strategy, *cells[:-2], cells[-1])
+    console.print(scores)
+    judged = [r for r in ran if r.judge_overall is not None]
+    if judged:
+        by_judge = _table("LLM judge", ("strategy",), _SCORE_COLUMNS[:2] + _SCORE_COLUMNS[3:])
+        for r in judged:
+            assert r.judge_overall is not None
+            cells = _score_cells(r.judge_overall)
+            by_judge.add_row(r.strategy, *cells[:2], *cells[3:])
+        console.print(by_judge)
+    cost = _table(
+        "Evidence, prompt, cache, latency (means over answers)", ("strategy",), _COST_COLUMNS
+    )
     cost.add_column("routes")
     for r in ran:
-        scores.add_row(r.strategy, *_score_cells(r.overall))
         share = r.evidence_visible_share
         cost.add_row(
             r.strategy,
             "n/a" if share is None else f"{100 * share:.0f}%",
+            _num(r.score_evidence_visible, ".2f"),
+            _num(r.score_evidence_missing, ".2f"),
             _num(r.mean_prompt_tokens, ",.0f"),
             _num(r.mean_cached_tokens, ",.0f"),
             _num(r.mean_ttft_s, ".3f"),
             _num(r.mean_decode_s, ".3f"),
             ", ".join(f"{k} {v}" for k, v in sorted(r.route_counts.items())),
         )
-    console.print(scores)
     console.print(cost)
-    types = list(dict.fromkeys(t for r in ran for t in r.by_type))
-    if len(types) > 1:
-        # generation errors are in the overall table; leaving them out keeps 80 columns
-        by_type = _table("By question type", ("type", "strategy"), _SCORE_COLUMNS[:-1])
-        for t in types:
-            for r in ran:
-                if t in r.by_type:
-                    by_type.add_row(escape(t), r.strategy, *_score_cells(r.by_type[t])[:-1])
-        console.print(by_type)
+    _render_by_type(ran, console)
     _render_failures(report, console)
     for r in ran:
-        if r.overall.judge_errors:
+        if r.judge_overall is not None and r.judge_overall.judge_errors:
             console.print(
-                f"{r.strategy}: {r.overall.judge_errors} judge answer(s) could not be used "
+                f"{r.strategy}: {r.judge_overall.judge_errors} judge answer(s) could not be used "
                 "(judge_error): excluded from the means, not scored 0",
                 highlight=False,
             )
@@ -266,11 +293,37 @@ def render_answers(report: AnswerEvalReport, console: Console, records: Path | N
         console.print(f"records: {escape(str(records))}", highlight=False)
 
 
+def _render_by_type(ran: list[StrategyReport], console: Console) -> None:
+    """Types down, strategies across: reference score /2 and F1 (the judge's score after '|')."""
+    types = list(dict.fromkeys(t for r in ran for t in r.by_type))
+    if not types:
+        return
+    table = _table("By question type: score /2 (F1)", ("type", "n"), tuple(r.strategy for r in ran))
+    for t in types:
+        n = max(r.by_type[t].questions for r in ran if t in r.by_type)
+        cells: list[str] = []
+        for r in ran:
+            summary = r.by_type.get(t)
+            if summary is None:
+                cells.append("-")
+                continue
+            cell = _num(summary.mean_score, ".2f")
+            if summary.mean_f1 is not None:
+                cell += f" ({summary.mean_f1:.2f})"
+            judged = (r.judge_by_type or {}).get(t)
+            if judged is not None:
+                cell += f" | {_num(judged.mean_score, '.2f')}"
+            cells.append(cell)
+        table.add_row(escape(t), str(n), *cells)
+    console.print(table)
+
+
 def _render_failures(report: AnswerEvalReport, console: Console) -> None:
     """Answers not scored correct, with gold and retrieved ids: retrieval or generation miss."""
     table = _table("Failures", ("strategy", "question", "type", "outcome", "why"), ())
-    table.add_column("gold ids")
-    table.add_column("retrieved ids (route)")
+    table.add_column("gold ids", max_width=36, overflow="fold")
+    table.add_column("retrieved ids (route)", max_width=36, overflow="fold")
+    table.add_column("answer", max_width=40, overflow="ellipsis", no_wrap=True)
     shown = 0
     total = sum(len(r.failures) for r in report.strategies)
     for r in report.strategies:
@@ -289,6 +342,7 @@ def _render_failures(report: AnswerEvalReport, console: Console) -> None:
                 escape(why + (f": {detail[:60]}" if detail else "")),
                 escape(", ".join(f.relevant_ids) or "-"),
                 escape(retrieved + (f" ({f.route})" if f.route else "")),
+                escape(" ".join((f.answer or "").split())),
             )
     if total:
         console.print(table)

@@ -1,5 +1,6 @@
-"""`residency eval prune`: context the listwise pruner removes on a SQuAD-style file, and the
-gold evidence it keeps (registered on the `residency eval` app)."""
+"""`residency eval prune`: context the listwise pruner removes on a SQuAD-style file or a
+question set with gold section ids, and the gold evidence it keeps (registered on the
+`residency eval` app)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from residency.cli.options import DEFAULT_SAMPLE_NAME, SampleOption
 from residency.cli.progress import BarProgress
+from residency.corpus.samples import get_sample
 from residency.coverage_runs import COVERAGE_CACHE
+from residency.errors import ConfigError
 from residency.eval_prune import (
     DEFAULT_PRUNE_K,
     DEFAULT_PRUNE_LIMIT,
@@ -29,9 +33,6 @@ _DEFAULTS = PrunerSettings(url="http://localhost", model="-")
 
 
 def prune(
-    squad: Annotated[
-        Path, typer.Option(help="SQuAD-style JSON, e.g. ../shared/data/jsquad/valid-v1.3.json.")
-    ],
     pruner_url: Annotated[
         str,
         typer.Option(
@@ -42,6 +43,28 @@ def prune(
     pruner_model: Annotated[
         str | None, typer.Option(help="Model to grade with (default: the first one served).")
     ] = None,
+    squad: Annotated[
+        Path | None,
+        typer.Option(
+            help="SQuAD-style JSON, e.g. ../shared/data/jsquad/valid-v1.3.json (imported and "
+            "indexed under --cache-dir); without it: --questions over --index."
+        ),
+    ] = None,
+    questions: Annotated[
+        Path | None,
+        typer.Option(
+            help="jsonl with gold section ids (id, query, relevant_ids) when no --squad is given.",
+            show_default="the --sample corpus's qa.jsonl",
+        ),
+    ] = None,
+    index: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            help="Index the --questions' chunks come from (default: the --sample corpus's).",
+        ),
+    ] = None,
+    sample: SampleOption = DEFAULT_SAMPLE_NAME,
     threshold: Annotated[
         int, typer.Option(help="Keep chunks graded at or above this (5 essential .. 1 unrelated).")
     ] = _DEFAULTS.threshold,
@@ -75,8 +98,13 @@ def prune(
         transient=True,
         disable=json or not err.is_terminal,
     )
+    if squad is not None and (questions is not None or index is not None):
+        raise ConfigError("--squad brings its own questions and index: drop --questions/--index")
     job = PruneEvalJob(
         squad_file=squad,
+        questions_file=questions,
+        index_dir=index,
+        sample=get_sample(sample),
         url=pruner_url,
         model=pruner_model,
         threshold=threshold,

@@ -28,7 +28,9 @@ from residency.capacity_report import (
     CapacityRequest,
     build_capacity_report,
 )
+from residency.cli.options import DEFAULT_SAMPLE_NAME, SampleOption
 from residency.cli.progress import BarProgress
+from residency.corpus.samples import get_sample
 from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan
 
@@ -125,6 +127,7 @@ def plan(
             rich_help_panel=_PLAN,
         ),
     ] = None,
+    sample: SampleOption = DEFAULT_SAMPLE_NAME,
     log: Annotated[
         Path | None,
         typer.Option(
@@ -217,6 +220,7 @@ def plan(
     job = PlanJob(
         capacity=request,
         index_dir=index,
+        sample=get_sample(sample),
         log=log,
         tokenizer_dir=tokenizer_dir,
         strategy=strategy,  # type: ignore[arg-type]

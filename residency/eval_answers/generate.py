@@ -1,9 +1,12 @@
-"""The three ways an answer is generated, on the same questions and the same prompt text:
+"""The three ways an answer is generated, on the same questions, in the router's prompt shape
+(`serve.prompt.assemble_messages`) and the corpus's language (`index.language`), so that what
+differs between strategies is the evidence in the prompt, not its wording:
 
-- `rag`: system = instructions + the top-k retrieved passages (`render_passage`), sent to the
-  generator;
-- `whole`: system = `render_prefix(DEFAULT_INSTRUCTIONS, every section in corpus order)` (CAG),
-  sent to the generator, when it fits its max_model_len;
+- `rag` (one per `k`, labelled `rag-topK`): system = the instructions alone; the top-k fused
+  passages (`render_passage`) go into the user turn before the question, as the router puts
+  its long-tail passages — a router with nothing resident;
+- `whole`: system = `render_prefix(instructions, every section in corpus order)` (CAG), then
+  the bare question, when it fits the generator's max_model_len;
 - `residency`: the bare question to the residency router, which adds the resident prefix and
   any long-tail passages itself and says so in `X-Residency-Route` / `X-Residency-Retrieved`.
 
@@ -26,12 +29,13 @@ from residency.eval_answers.chat import ChatError, StreamedAnswer, stream_chat
 from residency.eval_answers.records import AnswerQuestion, StrategyName
 from residency.eval_answers.scoring import evidence_visible
 from residency.index import Index
-from residency.planning.prefix import DEFAULT_INSTRUCTIONS, render_passage, render_prefix
+from residency.planning.prefix import render_passage, render_prefix
+from residency.prompt_language import PromptLanguage
+from residency.serve.prompt import ContextBlock, assemble_messages
 from residency.vllm_client import VllmClient
 
 ROUTE_HEADER = "x-residency-route"
 RETRIEVED_HEADER = "x-residency-retrieved"
-DOCS_HEADING = "# 参照文書 / Reference documents"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,21 +61,26 @@ class Attempt:
 class AnswerStrategy(Protocol):
     """Generates one answer for a question."""
 
-    name: StrategyName
+    name: str  # the label: rag-topK, whole, residency
+    kind: StrategyName
+    k: int | None
 
     def answer(self, client: httpx.Client, question: AnswerQuestion) -> Attempt:
         """Generate (never raises for one question's failure: `Attempt.error`)."""
         ...
 
 
-def answer_payload(model: str, messages: list[dict[str, str]], max_tokens: int) -> dict[str, Any]:
+def answer_payload(model: str, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
     """Chat request body of every answer: greedy, fixed max_tokens."""
     return {"model": model, "messages": messages, "temperature": 0, "max_tokens": max_tokens}
 
 
-def render_rag_system(instructions: str, passages: Sequence[str]) -> str:
-    """Instructions then the retrieved passages, laid out like the resident prefix."""
-    return "\n\n".join([instructions.strip(), DOCS_HEADING, *passages]) + "\n"
+def rag_messages(
+    language: PromptLanguage, passages: Sequence[str], question: str
+) -> list[dict[str, Any]]:
+    """The router's shape with nothing resident: instructions, then passages + question."""
+    block = ContextBlock(period_line=None, passages=tuple(passages), language=language)
+    return assemble_messages([{"role": "user", "content": question}], language.instructions, block)
 
 
 def unique(ids: Sequence[str]) -> tuple[str, ...]:
@@ -89,53 +98,44 @@ def _stream(
 
 
 class RagStrategy:
-    """Top-k chunks from the index as passages in the system message."""
+    """Top-k fused chunks from the index as passages before the question."""
 
-    name: StrategyName = "rag"
+    kind: StrategyName = "rag"
 
-    def __init__(
-        self,
-        index: Index,
-        generator: Endpoint,
-        k: int,
-        max_tokens: int,
-        instructions: str = DEFAULT_INSTRUCTIONS,
-    ) -> None:
+    def __init__(self, index: Index, generator: Endpoint, k: int, max_tokens: int) -> None:
         self._index = index
         self._chunks: Mapping[str, Chunk] = {c.id: c for c in index.chunks}
         self._generator = generator
-        self._k = k
+        self.k: int | None = k
+        self.name = f"rag-top{k}"
         self._max_tokens = max_tokens
-        self._instructions = instructions
 
-    def system_text(self, query: str) -> tuple[str, tuple[str, ...], float]:
-        """(system message, retrieved section ids, retrieval seconds) for a query."""
+    def messages(self, query: str) -> tuple[list[dict[str, Any]], tuple[str, ...], float]:
+        """(chat messages, retrieved section ids, retrieval seconds) for a query."""
+        assert self.k is not None
         started = time.perf_counter()
-        hits = self._index.search_chunks(query, self._k)
+        hits = self._index.search_chunks(query, self.k)
         elapsed = time.perf_counter() - started
         passages: list[str] = []
         for hit in hits:
             chunk = self._chunks[hit.id]
             passages.append(render_passage(self._index.section(chunk.section_id), chunk.text))
         retrieved = unique([self._index.section_of(h.id) for h in hits])
-        return render_rag_system(self._instructions, passages), retrieved, elapsed
+        return rag_messages(self._index.language, passages, query), retrieved, elapsed
 
     def answer(self, client: httpx.Client, question: AnswerQuestion) -> Attempt:
         """Retrieve, then stream the answer from the generator."""
-        system, retrieved, retrieval_s = self.system_text(question.query)
-        messages = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": question.query},
-        ]
+        messages, retrieved, retrieval_s = self.messages(question.query)
         payload = answer_payload(self._generator.model, messages, self._max_tokens)
         answer, error = _stream(client, self._generator.base_url, payload)
         visible = evidence_visible(question.relevant_ids, retrieved)
-        return Attempt(answer, error, self.name, retrieved, visible, retrieval_s)
+        return Attempt(answer, error, self.kind, retrieved, visible, retrieval_s)
 
 
-def whole_text(sections: Sequence[Section], instructions: str = DEFAULT_INSTRUCTIONS) -> str:
+def whole_text(sections: Sequence[Section], language: PromptLanguage) -> str:
     """The whole corpus as one system message, sections in corpus order."""
-    return render_prefix(instructions, sorted(sections, key=lambda s: s.order))
+    ordered = sorted(sections, key=lambda s: s.order)
+    return render_prefix(language.instructions, ordered, language)
 
 
 def whole_skip_reason(client: VllmClient, model: str, system: str, max_tokens: int) -> str | None:
@@ -165,7 +165,9 @@ def whole_skip_reason(client: VllmClient, model: str, system: str, max_tokens: i
 class WholeStrategy:
     """The whole corpus in the system message (cache-augmented generation)."""
 
-    name: StrategyName = "whole"
+    name = "whole"
+    kind: StrategyName = "whole"
+    k: int | None = None
 
     def __init__(
         self, system: str, section_ids: Collection[str], generator: Endpoint, max_tokens: int
@@ -184,7 +186,7 @@ class WholeStrategy:
         payload = answer_payload(self._generator.model, messages, self._max_tokens)
         answer, error = _stream(client, self._generator.base_url, payload)
         visible = evidence_visible(question.relevant_ids, self._section_ids)
-        return Attempt(answer, error, self.name, (), visible, None)
+        return Attempt(answer, error, self.kind, (), visible, None)
 
 
 def parse_retrieved_header(value: str | None) -> tuple[str, ...]:
@@ -197,7 +199,9 @@ def parse_retrieved_header(value: str | None) -> tuple[str, ...]:
 class ResidencyStrategy:
     """The bare question through the residency router (resident prefix + long-tail retrieval)."""
 
-    name: StrategyName = "residency"
+    name = "residency"
+    kind: StrategyName = "residency"
+    k: int | None = None
 
     def __init__(
         self, router: Endpoint, resident_ids: Collection[str] | None, max_tokens: int

@@ -13,6 +13,8 @@ from residency.errors import ConfigError, CorpusError
 
 StrategyName = Literal["rag", "whole", "residency"]
 STRATEGIES: tuple[StrategyName, ...] = ("rag", "whole", "residency")
+# A strategy's label in reports: "rag-top3", "rag-top5", "whole", "residency".
+_LABEL = r"^(rag-top[1-9][0-9]*|whole|residency)$"
 # The reference measurement's six types (DESIGN.md §1); anything else is grouped under OTHER_TYPE.
 QUESTION_TYPES: tuple[str, ...] = (
     "simple",
@@ -27,6 +29,7 @@ OTHER_TYPE = "other"
 Outcome = Literal[
     "correct", "partial", "hallucinated", "abstained", "judge_error", "generation_error"
 ]
+Scorer = Literal["reference", "judge"]
 Diagnosis = Literal["retrieval_miss", "generation_miss", "unanswerable", "error"]
 
 _ID = 1024
@@ -99,7 +102,10 @@ class AnswerRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    strategy: StrategyName = Field(description="rag, whole or residency.")
+    strategy: str = Field(
+        pattern=_LABEL, description="The strategy's label: rag-topK, whole or residency."
+    )
+    kind: StrategyName = Field(description="rag, whole or residency.")
     question_id: str = Field(min_length=1, max_length=_ID, description="Question id.")
     type: str = Field(
         min_length=1, max_length=128, description="Scoring group: one of the six types or 'other'."
@@ -116,17 +122,36 @@ class AnswerRecord(BaseModel):
     generation_error: str | None = Field(
         max_length=4000, description="Why no answer was generated, or None."
     )
-    grade: Grade | None = Field(description="The judge's verdict; None on any error.")
-    judge_error: str | None = Field(
-        max_length=4000,
-        description="Why the judge's answer could not be used (unparsable, truncated, HTTP), or "
-        "None. Such records are excluded from the means, never scored 0.",
+    f1: float | None = Field(
+        ge=0,
+        le=1,
+        description="Reference scorer: token F1 against the reference (None: no answer).",
     )
-    outcome: Outcome = Field(description="What the record counts as (see scoring.outcome_of).")
+    recall: float | None = Field(
+        ge=0, le=1, description="Reference scorer: share of the reference's tokens in the answer."
+    )
+    abstained: bool | None = Field(
+        description="Reference scorer: the answer says the text does not hold the answer."
+    )
+    outcome: Outcome = Field(description="The reference scorer's verdict (reference.py).")
     score: int | None = Field(
         ge=0,
         le=2,
-        description="Points counted in the mean (unknown + abstained = 2); None when excluded.",
+        description="The reference scorer's points (unknown + abstained = 2); None: no answer.",
+    )
+    grade: Grade | None = Field(
+        description="The judge's verdict; None without a judge or on error."
+    )
+    judge_error: str | None = Field(
+        max_length=4000,
+        description="Why the judge's answer could not be used (unparsable, truncated, HTTP), or "
+        "None. Such records are excluded from the judge's means, never scored 0.",
+    )
+    judge_outcome: Outcome | None = Field(
+        description="What the judge's grade counts as (scoring.judge_verdict); None: no judge."
+    )
+    judge_score: int | None = Field(
+        ge=0, le=2, description="The judge's points; None without a judge, or when excluded."
     )
     route: str | None = Field(
         max_length=64, description="rag, whole, or the router's X-Residency-Route."
@@ -170,6 +195,12 @@ class ScoreSummary(BaseModel):
         le=1,
         description="CRAG-style (correct - hallucinated) / graded; None if none graded.",
     )
+    mean_f1: float | None = Field(
+        ge=0,
+        le=1,
+        description="Mean token F1 over answered questions that have an answer in the text "
+        "(not 'unknown'); None for the judge's summary or when there are none.",
+    )
 
 
 class StrategyReport(BaseModel):
@@ -177,12 +208,30 @@ class StrategyReport(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    strategy: StrategyName = Field(description="rag, whole or residency.")
+    strategy: str = Field(pattern=_LABEL, description="Label: rag-topK, whole or residency.")
+    kind: StrategyName = Field(description="rag, whole or residency.")
+    k: int | None = Field(ge=1, description="Passages retrieved per question (rag), else None.")
     skipped: str | None = Field(
         max_length=4000, description="Why the strategy did not run (None: it ran)."
     )
-    overall: ScoreSummary = Field(description="All its records.")
-    by_type: dict[str, ScoreSummary] = Field(description="Per question type (and 'other').")
+    overall: ScoreSummary = Field(description="The reference scorer over all its records.")
+    by_type: dict[str, ScoreSummary] = Field(
+        description="The reference scorer per question type (and 'other')."
+    )
+    judge_overall: ScoreSummary | None = Field(description="The LLM judge's; None: no judge.")
+    judge_by_type: dict[str, ScoreSummary] | None = Field(
+        description="The LLM judge's per question type; None: no judge."
+    )
+    score_evidence_visible: float | None = Field(
+        ge=0,
+        le=2,
+        description="Mean reference score of answerable questions whose gold was in the prompt.",
+    )
+    score_evidence_missing: float | None = Field(
+        ge=0,
+        le=2,
+        description="Mean reference score of answerable questions whose gold was not.",
+    )
     mean_prompt_tokens: float | None = Field(ge=0, description="Over answered questions.")
     mean_cached_tokens: float | None = Field(ge=0, description="Over answers reporting it.")
     mean_ttft_s: float | None = Field(ge=0, description="Over answered questions.")
@@ -195,7 +244,8 @@ class StrategyReport(BaseModel):
     )
     route_counts: dict[str, int] = Field(description="Answers per route.")
     failures: tuple[AnswerRecord, ...] = Field(
-        description="Records not scored correct, with their retrieved ids."
+        description="Records not scored correct (by the reference scorer, or the judge when "
+        "there is one), with their retrieved ids."
     )
 
 
@@ -208,11 +258,11 @@ class RunSettings(BaseModel):
     index_dir: str = Field(description="The index retrieved from.")
     generator: str | None = Field(description="Generator base URL (rag, whole).")
     generator_model: str | None = Field(description="Generator model name.")
-    judge: str = Field(description="Judge base URL.")
-    judge_model: str = Field(description="Judge model name.")
+    judge: str | None = Field(description="Judge base URL (None: reference scorer only).")
+    judge_model: str | None = Field(description="Judge model name.")
     router: str | None = Field(description="Router base URL (residency).")
     plan: str | None = Field(description="plan.json read for resident section ids.")
-    k: int = Field(ge=1, description="Passages retrieved per question (rag).")
+    ks: tuple[int, ...] = Field(description="Passages retrieved per question, one rag per k.")
     max_tokens: int = Field(ge=1, description="max_tokens of every answer.")
     judge_max_tokens: int = Field(ge=1, description="max_tokens of every judge call.")
 

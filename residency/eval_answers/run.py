@@ -1,5 +1,6 @@
-"""`residency eval answers` end to end: resolve endpoints, build each strategy, answer and judge
-every question, append records line by line, and report the strategies side by side."""
+"""`residency eval answers` end to end: resolve endpoints, build each strategy, answer every
+question, score it (reference scorer always, LLM judge when given), append records line by
+line, and report the strategies side by side."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ class AnswerEvalJob:
     judge_model: str | None = None
     router: str | None = None
     plan: Path | None = None
-    k: int = DEFAULT_K
+    ks: tuple[int, ...] = (DEFAULT_K,)
     max_tokens: int = DEFAULT_MAX_TOKENS
     judge_max_tokens: int = DEFAULT_JUDGE_MAX_TOKENS
     records_path: Path | None = None
@@ -79,9 +80,11 @@ def check_job(job: AnswerEvalJob) -> None:
         raise ConfigError(f"--strategy {needs_generator[0]} needs --generator URL")
     if "residency" in job.strategies and not job.router:
         raise ConfigError("--strategy residency needs --router URL (residency serve)")
-    if not (job.judge or job.generator):
-        raise ConfigError("pass --judge URL (or --generator URL, the judge's default)")
-    for name, value in (("--k", job.k), ("--max-tokens", job.max_tokens)):
+    if job.judge_model and not job.judge:
+        raise ConfigError(f"--judge-model {job.judge_model}: pass the judge's URL with --judge")
+    if not job.ks:
+        raise ConfigError("--k: give at least one value")
+    for name, value in (*(("--k", k) for k in job.ks), ("--max-tokens", job.max_tokens)):
         if value < 1:
             raise ConfigError(f"{name} {value}: must be at least 1")
     if job.judge_max_tokens < 1:
@@ -109,26 +112,32 @@ def _resident_ids(plan: Path | None) -> frozenset[str] | None:
 
 
 @dataclass(frozen=True)
-class _Built:
-    strategies: list[AnswerStrategy]
-    skipped: dict[StrategyName, str]
+class Skipped:
+    """A strategy that cannot run here, and why."""
+
+    name: str
+    kind: StrategyName
+    reason: str
 
 
-def build_strategies(job: AnswerEvalJob, generator: Endpoint | None) -> _Built:
-    """The strategies to run, and those skipped with the reason (whole over max_model_len)."""
-    built: list[AnswerStrategy] = []
-    skipped: dict[StrategyName, str] = {}
+def build_strategies(
+    job: AnswerEvalJob, generator: Endpoint | None
+) -> list[AnswerStrategy | Skipped]:
+    """The strategies in the order asked, each ready to run or skipped with the reason (whole
+    over max_model_len)."""
+    built: list[AnswerStrategy | Skipped] = []
     for name in dict.fromkeys(job.strategies):
         if name == "rag":
             assert generator is not None
-            built.append(RagStrategy(job.index, generator, job.k, job.max_tokens))
+            for k in dict.fromkeys(job.ks):
+                built.append(RagStrategy(job.index, generator, k, job.max_tokens))
         elif name == "whole":
             assert generator is not None
-            system = whole_text(job.index.sections)
+            system = whole_text(job.index.sections, job.index.language)
             with VllmClient(generator.base_url, timeout_s=60.0, api_key=job.api_key) as client:
                 reason = whole_skip_reason(client, generator.model, system, job.max_tokens)
             if reason is not None:
-                skipped[name] = reason
+                built.append(Skipped(name, name, reason))
                 continue
             ids = [s.id for s in job.index.sections]
             built.append(WholeStrategy(system, ids, generator, job.max_tokens))
@@ -137,7 +146,7 @@ def build_strategies(job: AnswerEvalJob, generator: Endpoint | None) -> _Built:
             model = resolve_model(job.router, job.generator_model, job.api_key, "--generator-model")
             router = Endpoint(job.router, model)
             built.append(ResidencyStrategy(router, _resident_ids(job.plan), job.max_tokens))
-    return _Built(built, skipped)
+    return built
 
 
 def _notes(job: AnswerEvalJob) -> list[str]:
@@ -169,19 +178,28 @@ def run_strategy(
     client: httpx.Client,
     strategy: AnswerStrategy,
     job: AnswerEvalJob,
-    judge: Judge,
+    judge: Judge | None,
     progress: BuildProgress | None,
 ) -> list[AnswerRecord]:
-    """Answer and judge every question with one strategy; a failure stays with its question."""
+    """Answer (and judge) every question with one strategy; a failure stays with its question."""
     records: list[AnswerRecord] = []
     if progress is not None:
-        progress.start(f"{strategy.name}: answer + judge", len(job.questions))
+        step = "answer + judge" if judge is not None else "answer"
+        progress.start(f"{strategy.name}: {step}", len(job.questions))
     for question in job.questions:
         attempt = strategy.answer(client, question)
         grade, judge_error = None, None
-        if attempt.answer is not None:
+        if attempt.answer is not None and judge is not None:
             grade, judge_error = grade_answer(client, judge, question, attempt.answer.text)
-        record = build_record(strategy.name, question, attempt, grade, judge_error)
+        record = build_record(
+            strategy.name,
+            strategy.kind,
+            question,
+            attempt,
+            grade,
+            judge_error,
+            judged=judge is not None,
+        )
         if job.records_path is not None:
             append_line(job.records_path, orjson.dumps(record.model_dump(mode="json")))
         records.append(record)
@@ -190,47 +208,60 @@ def run_strategy(
     return records
 
 
+def resolve_judge(job: AnswerEvalJob, generator: Endpoint | None) -> Judge | None:
+    """The LLM judge when --judge is given (its model: --judge-model, the generator's when the
+    URL is the generator's, else the server's only model); None: reference scorer only."""
+    if not job.judge:
+        return None
+    if job.judge_model:
+        model = job.judge_model
+    elif generator is not None and job.judge == generator.base_url:
+        model = generator.model
+    else:
+        model = resolve_model(job.judge, None, job.api_key, "--judge-model")
+    return Judge(job.judge, model, job.judge_max_tokens)
+
+
 def run_answer_eval(job: AnswerEvalJob, progress: BuildProgress | None = None) -> AnswerEvalReport:
-    """Every strategy on the same questions, graded by the judge; records appended as they come."""
+    """Every strategy on the same questions, scored (and judged); records appended as they come."""
     check_job(job)
     generator = None
     if job.generator:
         model = resolve_model(job.generator, job.generator_model, job.api_key, "--generator-model")
         generator = Endpoint(job.generator, model)
-    judge_url = job.judge or job.generator
-    assert judge_url is not None
-    same_as_generator = generator is not None and judge_url == generator.base_url
-    judge_model = job.judge_model or (
-        generator.model
-        if same_as_generator and generator is not None
-        else resolve_model(judge_url, None, job.api_key, "--judge-model")
-    )
-    judge = Judge(judge_url, judge_model, job.judge_max_tokens)
+    judge = resolve_judge(job, generator)
     built = build_strategies(job, generator)
     if job.records_path is not None:
         write_bytes_atomic(job.records_path, b"")  # this run's records only
     headers = {"Authorization": f"Bearer {job.api_key}"} if job.api_key else {}
-    by_name: dict[StrategyName, list[AnswerRecord]] = {}
-    with httpx.Client(timeout=job.timeout_s, headers=headers) as client:
-        for strategy in built.strategies:
-            by_name[strategy.name] = run_strategy(client, strategy, job, judge, progress)
     reports: list[StrategyReport] = []
-    for name in dict.fromkeys(job.strategies):
-        if name in built.skipped:
-            reports.append(strategy_report(name, [], skipped=built.skipped[name]))
-        else:
-            known = name != "residency" or job.plan is not None
-            reports.append(strategy_report(name, by_name[name], evidence_known=known))
+    with httpx.Client(timeout=job.timeout_s, headers=headers) as client:
+        for entry in built:
+            if isinstance(entry, Skipped):
+                reports.append(strategy_report(entry.name, entry.kind, [], skipped=entry.reason))
+                continue
+            records = run_strategy(client, entry, job, judge, progress)
+            known = entry.kind != "residency" or job.plan is not None
+            reports.append(
+                strategy_report(
+                    entry.name,
+                    entry.kind,
+                    records,
+                    k=entry.k,
+                    judged=judge is not None,
+                    evidence_known=known,
+                )
+            )
     settings = RunSettings(
         questions=str(job.questions_path),
         index_dir=str(job.index.directory),
         generator=generator.base_url if generator else None,
         generator_model=generator.model if generator else None,
-        judge=judge.base_url,
-        judge_model=judge.model,
+        judge=judge.base_url if judge else None,
+        judge_model=judge.model if judge else None,
         router=job.router,
         plan=str(job.plan) if job.plan else None,
-        k=job.k,
+        ks=tuple(dict.fromkeys(job.ks)),
         max_tokens=job.max_tokens,
         judge_max_tokens=job.judge_max_tokens,
     )

@@ -1,6 +1,9 @@
 """Pure scoring: a graded answer's outcome and points, and the means of a group of records.
 
-Rules (DESIGN.md §7, CRAG's truthfulness):
+Every record carries two verdicts on the same 0/1/2 scale: the reference scorer's (always;
+`reference.py`) and the LLM judge's (when a judge was given). `summarize` reads either.
+
+Rules for the judge's grade (DESIGN.md §7, CRAG's truthfulness):
 - score 2 correct, 1 partial, 0 wrong, from the judge; `abstained` is the judge's separate flag.
 - `unknown` questions (not answerable from the text): an abstention is the right answer and
   counts as correct (2 points); a concrete answer keeps the judge's score.
@@ -27,6 +30,7 @@ from residency.eval_answers.records import (
     Diagnosis,
     Grade,
     Outcome,
+    Scorer,
     ScoreSummary,
 )
 
@@ -63,12 +67,23 @@ def error_verdict(generation_failed: bool) -> Verdict:
     return Verdict("generation_error" if generation_failed else "judge_error", None)
 
 
-def summarize(records: Iterable[AnswerRecord]) -> ScoreSummary:
-    """Counts, mean score and truthfulness of a group of records."""
+def verdict_of(record: AnswerRecord, scorer: Scorer) -> tuple[Outcome | None, int | None]:
+    """(outcome, points) of a record by the reference scorer or by the judge."""
+    if scorer == "reference":
+        return record.outcome, record.score
+    return record.judge_outcome, record.judge_score
+
+
+def summarize(records: Iterable[AnswerRecord], scorer: Scorer = "reference") -> ScoreSummary:
+    """Counts, mean score and truthfulness of a group of records, by one scorer."""
     rows = list(records)
-    counts = {o: sum(1 for r in rows if r.outcome == o) for o in _OUTCOMES}
-    points = [r.score for r in rows if r.score is not None]
+    verdicts = [verdict_of(r, scorer) for r in rows]
+    counts = {o: sum(1 for v in verdicts if v[0] == o) for o in _OUTCOMES}
+    points = [p for _, p in verdicts if p is not None]
     graded = len(points)
+    f1 = None
+    if scorer == "reference":
+        f1 = mean_of(r.f1 for r in rows if r.type != UNKNOWN_TYPE)
     return ScoreSummary(
         questions=len(rows),
         graded=graded,
@@ -80,6 +95,7 @@ def summarize(records: Iterable[AnswerRecord]) -> ScoreSummary:
         hallucinated=counts["hallucinated"],
         abstained=counts["abstained"],
         truthfulness=(counts["correct"] - counts["hallucinated"]) / graded if graded else None,
+        mean_f1=f1,
     )
 
 
@@ -93,13 +109,23 @@ _OUTCOMES: tuple[Outcome, ...] = (
 )
 
 
-def summarize_by_type(records: Iterable[AnswerRecord]) -> dict[str, ScoreSummary]:
+def summarize_by_type(
+    records: Iterable[AnswerRecord], scorer: Scorer = "reference"
+) -> dict[str, ScoreSummary]:
     """One summary per scoring group present, in the canonical type order, 'other' last."""
     groups: dict[str, list[AnswerRecord]] = {}
     for r in records:
         groups.setdefault(r.type, []).append(r)
     order = [*QUESTION_TYPES, OTHER_TYPE]
-    return {t: summarize(groups[t]) for t in sorted(groups, key=order.index)}
+    return {t: summarize(groups[t], scorer) for t in sorted(groups, key=order.index)}
+
+
+def score_by_evidence(records: Iterable[AnswerRecord], visible: bool) -> float | None:
+    """Mean reference points of answered, answerable records whose gold was (not) visible:
+    does answer quality follow evidence coverage?"""
+    return mean_of(
+        r.score for r in records if r.evidence_visible is visible and r.score is not None
+    )
 
 
 def evidence_visible(relevant_ids: Sequence[str], visible_ids: Iterable[str]) -> bool | None:

@@ -54,6 +54,7 @@ from residency.index.manifest import (
     read_manifest,
 )
 from residency.normalize import NORMALIZATION_VERSION
+from residency.prompt_language import PromptLanguage, detect_language
 from residency.retrieval import (
     BM25Retriever,
     DenseRetriever,
@@ -252,6 +253,11 @@ class Index:
     def chunks_of(self, section_id: str) -> tuple[Chunk, ...]:
         """The chunks of one section, in order (empty for an unknown id)."""
         return self._chunks_by_section.get(section_id, ())
+
+    @cached_property
+    def language(self) -> PromptLanguage:
+        """The corpus language the prompts are worded in (read off the sections' text)."""
+        return detect_language(s.title + "\n" + s.text for s in self.sections)
 
     @cached_property
     def _retrievers(self) -> IndexRetrievers:

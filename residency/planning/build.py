@@ -29,7 +29,6 @@ from residency.planning.plan_model import (
     Strategy,
 )
 from residency.planning.prefix import (
-    DEFAULT_INSTRUCTIONS,
     PrefixEncoder,
     finalize_prefix,
     render_prefix,
@@ -52,7 +51,7 @@ class PlanOptions:
     strategy: Strategy = "planner"
     pins: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
-    instructions: str = DEFAULT_INSTRUCTIONS
+    instructions: str | None = None  # None: the answer policy in the corpus's language
     depth: int = DEFAULT_DEPTH
     prior_weight: float = DEFAULT_PRIOR_WEIGHT
     seed: int = 0
@@ -202,7 +201,11 @@ def build_plan(
     _check_ids(index, options.excludes, "--exclude")
     budget = capacity.resident_budget_tokens
     align = capacity.block_size if capacity.is_hybrid else None
-    fixed = encoder.count(render_prefix(options.instructions, []))
+    language = index.language
+    instructions = (
+        options.instructions if options.instructions is not None else language.instructions
+    )
+    fixed = encoder.count(render_prefix(instructions, [], language))
     room = budget - fixed - ((align - 1) if align else 0)
     if room <= 0:
         raise InfeasiblePlanError(
@@ -225,7 +228,7 @@ def build_plan(
         ordered = sorted(
             chosen, key=lambda i: (i.section.id not in pins, i.section.order, i.part or 0)
         )
-        text = render_prefix(options.instructions, [_render_item(i) for i in ordered])
+        text = render_prefix(instructions, [_render_item(i) for i in ordered], language)
         rendered = finalize_prefix(text, encoder, align)
         if rendered.token_count <= budget or not ordered:
             break

@@ -14,19 +14,20 @@ from typing import Protocol
 
 from residency.corpus.model import Section
 from residency.errors import ConfigError
+from residency.prompt_language import EN, JA, JAPANESE_SHARE, PromptLanguage, japanese_share
 from residency.token_count import ApproxTokenCounter
 from residency.vllm_client import VllmClient
 
-DEFAULT_INSTRUCTIONS = (
-    "あなたは以下の参照文書だけに基づいて答えるアシスタントです。"
-    "文書に答えが書かれていない場合は、推測せずに「文書には記載がありません」と明言してください。"
-    "答えの根拠にした文書の id を示してください。\n"
-    "Answer only from the reference documents below. If they do not contain the answer, say "
-    "plainly that the documents do not state it; do not guess. Cite the ids you used."
-)
+DEFAULT_INSTRUCTIONS = JA.instructions  # the default when a caller names no language
 # Fillers appended after a marker line to reach a block boundary; the first whose count fits wins.
 PAD_HEADER = "\n\n<!-- padding -->\n"
 PAD_UNITS: tuple[str, ...] = ("- ", "-", ". ", "x ", "・")
+
+
+def date_label(section: Section) -> str:
+    """'日付' for a Japanese section, 'date' otherwise (read off its title and first words)."""
+    share = japanese_share(section.title + section.text[:200])
+    return JA.date_label if share >= JAPANESE_SHARE else EN.date_label
 
 
 def section_header(section: Section) -> str:
@@ -35,7 +36,7 @@ def section_header(section: Section) -> str:
     if section.title:
         head += f" {section.title}"
     if section.date is not None:
-        head += f" [日付: {section.date.isoformat()}]"
+        head += f" [{date_label(section)}: {section.date.isoformat()}]"
     return head
 
 
@@ -49,9 +50,11 @@ def render_passage(section: Section, text: str) -> str:
     return f"{section_header(section)}\n{text.strip()}"
 
 
-def render_prefix(instructions: str, sections: Sequence[Section]) -> str:
+def render_prefix(
+    instructions: str, sections: Sequence[Section], language: PromptLanguage = JA
+) -> str:
     """The system-message content: instructions, then each section separated by a blank line."""
-    parts = [instructions.strip(), "# 参照文書 / Reference documents"]
+    parts = [instructions.strip(), language.docs_heading]
     parts += [render_section(s) for s in sections]
     return "\n\n".join(parts) + "\n"
 

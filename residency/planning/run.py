@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from residency.capacity_report import CapacityReport, CapacityRequest, build_capacity_report
+from residency.corpus.chunking import ChunkerSettings
+from residency.corpus.samples import JA_SAMPLE, SampleCorpus
+from residency.corpus.samples import REPO_ROOT as REPO_ROOT
 from residency.errors import ConfigError
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
@@ -25,9 +28,8 @@ from residency.query_log import LogRead, read_query_log
 from residency.tiny_model import ensure_tokenizer
 from residency.token_count import LocalTokenCounter
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-SAMPLE_CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
-SAMPLE_LOG = REPO_ROOT / "corpora" / "harbor-lights" / "queries.jsonl"
+SAMPLE_CORPUS = JA_SAMPLE.docs
+SAMPLE_LOG = JA_SAMPLE.queries
 CACHE_DIR = REPO_ROOT / ".cache"
 
 
@@ -37,6 +39,7 @@ class PlanJob:
 
     capacity: CapacityRequest
     index_dir: Path | None = None
+    sample: SampleCorpus = JA_SAMPLE  # the corpus planned when no index_dir is given
     log: Path | None = None
     tokenizer_dir: Path | None = None
     strategy: Strategy = "planner"
@@ -63,15 +66,23 @@ def snapshot(report: CapacityReport) -> CapacitySnapshot:
     )
 
 
-def sample_index(progress: BuildProgress | None) -> Index:
-    """The sample corpus's index under .cache/ (dense + BM25), refreshed on every use: the
+def sample_index_options(sample: SampleCorpus, dense: bool = True) -> IndexOptions:
+    """How a sample corpus is indexed (its chunk size; dense + BM25 unless `dense` is False)."""
+    if sample.chunk_chars is None:
+        return IndexOptions(dense=dense)
+    chunker = ChunkerSettings(chunk_chars=sample.chunk_chars)
+    return IndexOptions(dense=dense, chunker=chunker)
+
+
+def sample_index(progress: BuildProgress | None, sample: SampleCorpus = JA_SAMPLE) -> Index:
+    """A sample corpus's index under .cache/ (dense + BM25), refreshed on every use: the
     rebuild is incremental (unchanged chunks keep their vectors), so an edited sample corpus is
     never planned from a stale index and an unchanged one costs a fraction of a second."""
-    index_dir = CACHE_DIR / "sample-index"
+    name = "sample-index" if sample == JA_SAMPLE else f"sample-index-{sample.name}"
+    index_dir = CACHE_DIR / name
     tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
-    build_index(
-        SAMPLE_CORPUS, index_dir, IndexOptions(), LocalTokenCounter(tokenizer_dir), progress
-    )
+    options = sample_index_options(sample)
+    build_index(sample.docs, index_dir, options, LocalTokenCounter(tokenizer_dir), progress)
     return open_index(index_dir)
 
 
@@ -93,7 +104,7 @@ def encoder_for(job: PlanJob, index: Index, sample: bool) -> PrefixEncoder:
 
 def read_log(job: PlanJob, sample: bool) -> LogRead | None:
     """The query log, or None (density-only planning, with a warning)."""
-    path = job.log or (SAMPLE_LOG if sample else None)
+    path = job.log or (job.sample.queries if sample else None)
     if path is None:
         job.warnings.append("no --log: density-only planning (every section equally likely)")
         return None
@@ -113,12 +124,15 @@ def run_plan(
     """Capacity, then residency: the plan for `job` (not yet written)."""
     report = build_capacity_report(job.capacity)
     sample = job.index_dir is None
-    index = sample_index(progress) if sample else open_index(job.index_dir)  # type: ignore[arg-type]
+    if job.index_dir is None:
+        index = sample_index(progress, job.sample)
+    else:
+        index = open_index(job.index_dir)
     log = read_log(job, sample)
     entries = log.entries if log else ()
     mass = log_mass(index, entries) if entries else {}
     summary = LogSummary(
-        path=str(job.log or (SAMPLE_LOG if sample else "")) or None,
+        path=str(job.log or (job.sample.queries if sample else "")) or None,
         entries=len(entries),
         total_count=log.total_count if log else 0,
         skipped=len(log.skipped) if log else 0,

@@ -90,6 +90,7 @@ class ContextBuilder:
                 threshold=settings.pruner.threshold,
                 keep_top_k=settings.pruner.keep_top_k,
                 timeout_s=settings.pruner.timeout_s,
+                language=index.language.code,
             )
             if settings.pruner.url
             else None
@@ -144,8 +145,9 @@ class ContextBuilder:
         """The rendered period line and passages (dated sections whole, then chunks)."""
         passages = [self._render_section(sid) for sid in retrieval.dated_section_ids]
         passages += [self._render_chunk(cid) for cid in chunk_ids]
-        period = retrieval.period.describe() if retrieval.period is not None else None
-        return ContextBlock(period_line=period, passages=tuple(passages))
+        language = self.index.language
+        period = retrieval.period.describe(language) if retrieval.period is not None else None
+        return ContextBlock(period_line=period, passages=tuple(passages), language=language)
 
     def _render_section(self, section_id: str) -> str:
         section: Section = self.index.section(section_id)

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from residency.errors import ConfigError
+from residency.prompt_language import JA, PromptLanguage
 
-RETRIEVED_HEADER = "# 検索で見つかった文書 / Retrieved passages"
-QUESTION_HEADER = "# 質問 / Question"
-CLIENT_SYSTEM_HEADER = "# 追加の指示 / Additional instructions"
+# The Japanese corpus's headings (an English corpus gets `EN`'s: see prompt_language.py).
+RETRIEVED_HEADER = JA.retrieved_heading
+QUESTION_HEADER = JA.question_heading
+CLIENT_SYSTEM_HEADER = JA.client_system_heading
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class ContextBlock:
 
     period_line: str | None
     passages: tuple[str, ...]  # rendered passages, in prompt order
+    language: PromptLanguage = JA  # the headings' wording
 
 
 def message_text(content: Any) -> str:
@@ -71,12 +74,13 @@ def question_of(messages: Sequence[Any]) -> str:
 
 def _context_text(block: ContextBlock, client_system: Sequence[str]) -> str:
     parts: list[str] = []
+    words = block.language
     if client_system:
-        parts.append(CLIENT_SYSTEM_HEADER + "\n" + "\n\n".join(client_system))
+        parts.append(words.client_system_heading + "\n" + "\n\n".join(client_system))
     if block.period_line:
         parts.append("# " + block.period_line)
     if block.passages:
-        parts.append(RETRIEVED_HEADER + "\n\n" + "\n\n".join(block.passages))
+        parts.append(words.retrieved_heading + "\n\n" + "\n\n".join(block.passages))
     return "\n\n".join(parts)
 
 
@@ -95,6 +99,7 @@ def assemble_messages(
         if isinstance(m, dict) and m.get("role") in ("system", "developer")
     ]
     client_system = [s for s in client_system if s]
+    question_heading = block.language.question_heading
     out: list[dict[str, Any]] = [{"role": "system", "content": prefix_text}]
     context = _context_text(block, client_system)
     for i, m in enumerate(messages):
@@ -104,9 +109,9 @@ def assemble_messages(
             m = dict(m)
             content = m.get("content")
             if isinstance(content, list):
-                m["content"] = [{"type": "text", "text": context + "\n\n" + QUESTION_HEADER}]
+                m["content"] = [{"type": "text", "text": context + "\n\n" + question_heading}]
                 m["content"] += content
             else:
-                m["content"] = f"{context}\n\n{QUESTION_HEADER}\n{message_text(content)}"
+                m["content"] = f"{context}\n\n{question_heading}\n{message_text(content)}"
         out.append(m)
     return out

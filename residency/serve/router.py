@@ -314,7 +314,7 @@ class Router:
             retrieved=ex.ctx.section_ids,
             chunks=ex.ctx.kept_chunk_ids,
             top_chunk=r.top_chunk_id,
-            period=r.period.describe() if r.period is not None else None,
+            period=ex.ctx.block.period_line,
             pruned=len(r.chunk_ids) - len(ex.ctx.kept_chunk_ids) if prune is not None else None,
             pruner_valid=prune.valid if prune is not None else None,
             upstream=ex.upstream.label if ex.upstream is not None else None,

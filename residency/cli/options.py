@@ -1,0 +1,19 @@
+"""Option types shared by several commands, so each flag reads the same everywhere."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLES
+
+SampleOption = Annotated[
+    str,
+    typer.Option(
+        "--sample",
+        help=f"Built-in sample corpus used when no --index is given: {', '.join(SAMPLES)} "
+        "(its English twin, for English-first models).",
+    ),
+]
+DEFAULT_SAMPLE_NAME = DEFAULT_SAMPLE

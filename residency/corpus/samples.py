@@ -1,0 +1,62 @@
+"""The built-in sample corpora: the Japanese `harbor-lights` (the default everywhere) and its
+English twin `harbor-lights-en` (same facts, section ids and questions; for English-first
+models such as SmolLM2-135M). Each has its docs, a query log for the planner and a question set
+with gold section ids for `eval answers`.
+
+The English twin is chunked at 800 characters: the chunker's default of 256 is sized for
+Japanese, where 256 characters hold about as many tokens (and facts) as 800 English ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from residency.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+CORPORA_DIR = REPO_ROOT / "corpora"
+
+
+@dataclass(frozen=True, slots=True)
+class SampleCorpus:
+    """One built-in corpus under corpora/NAME/."""
+
+    name: str
+    chunk_chars: int | None  # None: the chunker's default
+
+    @property
+    def root(self) -> Path:
+        """corpora/NAME."""
+        return CORPORA_DIR / self.name
+
+    @property
+    def docs(self) -> Path:
+        """The corpus files `residency index` reads."""
+        return self.root / "docs"
+
+    @property
+    def queries(self) -> Path:
+        """The simulated query log (query, count, ts) the planner reads."""
+        return self.root / "queries.jsonl"
+
+    @property
+    def questions(self) -> Path:
+        """The evaluation questions (id, query, relevant_ids, type, answer)."""
+        return self.root / "qa.jsonl"
+
+
+JA_SAMPLE = SampleCorpus("harbor-lights", chunk_chars=None)
+EN_SAMPLE = SampleCorpus("harbor-lights-en", chunk_chars=800)
+SAMPLES: dict[str, SampleCorpus] = {s.name: s for s in (JA_SAMPLE, EN_SAMPLE)}
+DEFAULT_SAMPLE = JA_SAMPLE.name
+
+
+def get_sample(name: str) -> SampleCorpus:
+    """The sample corpus called `name`; ConfigError naming the known ones."""
+    try:
+        return SAMPLES[name]
+    except KeyError:
+        raise ConfigError(
+            f"--sample {name!r}: no such sample corpus; known: {', '.join(SAMPLES)}"
+        ) from None
