@@ -5,14 +5,34 @@ Sources (vLLM 0.32):
   `MambaSpec.page_size_bytes`); GDN state shapes and dtypes:
   vllm/model_executor/layers/mamba/mamba_utils.py (`gated_delta_net_state_shape`,
   `_mamba_state_dtype`).
-- hybrid block size: vllm/platforms/interface.py (`_align_hybrid_block_size`), defaults in
-  vllm/platforms/cuda.py / cpu.py (CUDA block 16; CPU block 128, kernel `MultipleOf(32)`).
+- GDN SSM (temporal) state dtype, resolved in this order at engine start (vllm/config/vllm.py
+  runs `try_verify_and_update_config` before `current_platform.check_and_update_config`):
+  1. `--mamba-ssm-cache-dtype`, else the checkpoint's `mamba_ssm_dtype` for the Qwen3.5
+     architectures (vllm/model_executor/models/config.py
+     `Qwen3_5ForConditionalGenerationConfig.verify_and_update_config`);
+  2. CPU only: on a CPU with AVX512-BF16 (`torch.cpu._is_avx512_bf16_supported()`), anything
+     but an explicit float16 / bfloat16 becomes float32 (vllm/platforms/cpu.py
+     `check_and_update_config`, "Reset SSM cache type to float32 for accelerated GDN");
+  3. still "auto": the conv state dtype, i.e. the model dtype (mamba_utils.py
+     `_mamba_state_dtype`).
+- hybrid block size: vllm/platforms/interface.py (`_align_hybrid_block_size`), called on CPU by
+  vllm/platforms/cpu.py `update_block_size_for_backend` (no backend-preference phase there, so
+  the CPU default block 128 stays the alignment unit; CPU kernel `MultipleOf(32)`); on CUDA by
+  interface.py `update_block_size_for_backend` (block 16). Prefix caching / `mamba_cache_mode
+  align` does not change the rounding in vLLM 0.32: it only sets `mamba_block_size` to the
+  block size and makes a request hold two state blocks (MambaSpec `max_memory_usage_bytes`).
 - groups: vllm/v1/core/kv_cache_utils.py (`get_kv_cache_groups`,
   `_get_kv_cache_groups_uniform_page_size`, `_get_kv_cache_bytes_per_block`).
 
 Worked example (Llama-3.1-8B, bf16 KV): one full-attention page token is
 8 KV heads x (128 + 128) x 2 B = 4 KiB per layer; 32 layers share one group, so one block of 16
 tokens costs 32 x 16 x 4 KiB = 2 MiB and a token costs 128 KiB.
+
+Worked example (hybrid, CPU, issue #15: Qwen3-Next, 1 KV head x head_dim 64, GDN 1 key / 2 value
+heads of 128): an attention token is 1 x (64 + 64) x 2 B = 256 B. On an AVX512-BF16 CPU the SSM
+state is float32: 2 x 128 x 128 x 4 B = 131,072 B, plus the bf16 conv state (2 x 128 + 2 x 128)
+x 3 x 2 B = 3,072 B: 134,144 B. Block = 128 x cdiv(134,144, 128 x 256) = 640 tokens (a 163,840 B
+page; the state is padded by 22.14%). A bf16 SSM state (65,536 + 3,072 = 68,608 B) would give 384.
 """
 
 from __future__ import annotations
@@ -65,8 +85,8 @@ class CacheSettings(BaseModel):
     )
     cpu_avx512_bf16: bool = Field(
         default=False,
-        description="CPU platform only: the host has AVX512-BF16 (vLLM then keeps GDN SSM "
-        "state in float32 unless a 16-bit dtype is requested).",
+        description="CPU platform only: the serving host's CPU has AVX512-BF16 (vLLM then keeps "
+        "GDN SSM state in float32 unless --mamba-ssm-cache-dtype float16/bfloat16 is given).",
     )
 
 
@@ -98,8 +118,14 @@ class KVLayout(BaseModel):
     mamba_page_size_bytes: int | None = Field(
         default=None, ge=1, description="Unpadded GDN state page, bytes (hybrid only)."
     )
+    mamba_cache_dtype: str | None = Field(
+        default=None, description="Resolved GDN conv-state dtype (hybrid only)."
+    )
     mamba_ssm_cache_dtype: str | None = Field(
         default=None, description="Resolved GDN recurrent-state dtype (hybrid only)."
+    )
+    mamba_ssm_cache_dtype_reason: str | None = Field(
+        default=None, description="Which vLLM rule chose the recurrent-state dtype, and why."
     )
     mamba_cache_mode: Literal["none", "align"] | None = Field(
         default=None, description="vLLM mamba_cache_mode (hybrid only)."
@@ -126,20 +152,64 @@ def _resolve_model_dtype(model: ModelSpec, settings: CacheSettings) -> ModelDTyp
     return "bfloat16" if model.dtype == "float32" else model.dtype
 
 
-def _resolve_ssm_dtype(model: ModelSpec, settings: CacheSettings, conv_dtype: str) -> str:
+# Architectures whose config hook copies the checkpoint's `mamba_ssm_dtype` into an "auto"
+# --mamba-ssm-cache-dtype (vllm/model_executor/models/config.py MODELS_CONFIG_MAP entries that
+# inherit Qwen3_5ForConditionalGenerationConfig.verify_and_update_config).
+_CONFIG_SSM_DTYPE_ARCHITECTURES = frozenset(
+    {
+        "Qwen3_5ForCausalLM",
+        "Qwen3_5ForConditionalGeneration",
+        "Qwen3_5MoeForCausalLM",
+        "Qwen3_5MoeForConditionalGeneration",
+        "ColQwen3_5",
+    }
+)
+
+
+def _resolve_ssm_dtype(
+    model: ModelSpec, settings: CacheSettings, conv_dtype: str
+) -> tuple[str, str]:
+    """The GDN recurrent-state dtype vLLM will use, and the rule that chose it (module
+    docstring, steps 1-3)."""
     requested: str = settings.mamba_ssm_cache_dtype
-    if requested == "auto" and model.mamba_ssm_dtype and model.architecture.startswith("Qwen3_5"):
+    source = f"--mamba-ssm-cache-dtype {requested}"
+    if (
+        requested == "auto"
+        and model.mamba_ssm_dtype
+        and model.architecture in _CONFIG_SSM_DTYPE_ARCHITECTURES
+    ):
         # vllm/model_executor/models/config.py Qwen3_5ForConditionalGenerationConfig.
         requested = model.mamba_ssm_dtype
-    if (
-        settings.platform == "cpu"
-        and settings.cpu_avx512_bf16
-        and requested not in ("float32", "float16", "bfloat16")
-    ):
-        # vllm/platforms/cpu.py: the accelerated GDN path keeps float32 SSM state unless a
-        # 16-bit SSM dtype was asked for explicitly.
-        requested = "float32"
-    return conv_dtype if requested == "auto" else requested
+        source = (
+            f"config.json mamba_ssm_dtype {requested} (vllm/model_executor/models/config.py "
+            "Qwen3_5ForConditionalGenerationConfig, --mamba-ssm-cache-dtype auto)"
+        )
+    if settings.platform == "cpu" and settings.cpu_avx512_bf16:
+        if requested in ("float16", "bfloat16"):
+            # The accelerated GDN backend stores 16-bit state when asked explicitly.
+            return requested, (
+                f"{source}; kept on an AVX512-BF16 CPU (vllm/platforms/cpu.py: 16-bit SSM "
+                "state for the accelerated GDN backend)"
+            )
+        if requested != "float32":
+            # vllm/platforms/cpu.py check_and_update_config: "Reset SSM cache type to float32
+            # for accelerated GDN mamba backend".
+            return "float32", (
+                f"{source} reset to float32 on an AVX512-BF16 CPU (vllm/platforms/cpu.py "
+                "check_and_update_config); --mamba-ssm-cache-dtype bfloat16 keeps 16-bit state"
+            )
+    if requested == "auto":
+        # vllm/model_executor/layers/mamba/mamba_utils.py `_mamba_state_dtype`.
+        cpu_note = (
+            "; no AVX512-BF16 on the CPU, so vllm/platforms/cpu.py keeps it"
+            if settings.platform == "cpu"
+            else ""
+        )
+        return conv_dtype, (
+            f"{source}: the conv-state dtype {conv_dtype} (vllm/model_executor/layers/mamba/"
+            f"mamba_utils.py _mamba_state_dtype){cpu_note}"
+        )
+    return requested, source
 
 
 def _gdn_page_bytes(model: ModelSpec, conv_dtype: str, ssm_dtype: str) -> int:
@@ -195,13 +265,15 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
     block_size = settings.block_size or _DEFAULT_BLOCK_SIZE[settings.platform]
 
     mamba_page: int | None = None
+    conv_dtype: str | None = None
     ssm_dtype: str | None = None
+    ssm_reason: str | None = None
     mode: Literal["none", "align"] | None = None
     if model.is_hybrid:
         conv_dtype = (
             model_dtype if settings.mamba_cache_dtype == "auto" else settings.mamba_cache_dtype
         )
-        ssm_dtype = _resolve_ssm_dtype(model, settings, conv_dtype)
+        ssm_dtype, ssm_reason = _resolve_ssm_dtype(model, settings, conv_dtype)
         mamba_page = _gdn_page_bytes(model, conv_dtype, ssm_dtype)
         mode = "align" if settings.enable_prefix_caching else "none"
         # interface.py `_align_hybrid_block_size`: the smallest attention block, a multiple of
@@ -236,7 +308,9 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
         attention_page_bytes_per_token=attn_page_1,
         page_size_bytes=page,
         mamba_page_size_bytes=mamba_page,
+        mamba_cache_dtype=conv_dtype,
         mamba_ssm_cache_dtype=ssm_dtype,
+        mamba_ssm_cache_dtype_reason=ssm_reason,
         mamba_cache_mode=mode,
         groups=groups,
         # `_get_kv_cache_bytes_per_block`: every layer's page is the same size after padding,

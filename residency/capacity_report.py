@@ -52,6 +52,11 @@ class CapacityRequest(BaseModel):
     mamba_ssm_cache_dtype: MambaDType = Field(
         default="auto", description="--mamba-ssm-cache-dtype."
     )
+    cpu_avx512_bf16: bool | None = Field(
+        default=None,
+        description="--cpu-avx512-bf16: the serving CPU has AVX512-BF16; None = detect it on "
+        "this host (the planning host is taken to be the serving host).",
+    )
     enable_prefix_caching: bool = Field(default=True, description="--enable-prefix-caching.")
     max_num_batched_tokens: int = Field(default=2048, ge=1, description="--max-num-batched-tokens.")
     max_num_seqs: int = Field(default=256, ge=1, description="--max-num-seqs.")
@@ -74,6 +79,11 @@ class CapacityInputs(BaseModel):
     kv_memory_source: str = Field(description="How the KV bytes were obtained.")
     server: str | None = Field(default=None, description="--server URL, if any.")
     settings: CacheSettings = Field(description="vLLM flags the layout used.")
+    cpu_avx512_bf16_source: str | None = Field(
+        default=None,
+        description="Whether the serving CPU has AVX512-BF16 and how that is known (CPU "
+        "platform, hybrid models: it decides vLLM's GDN SSM state dtype).",
+    )
     reserves: Reserves = Field(description="Per-request reserves and concurrency.")
 
 
@@ -118,10 +128,39 @@ class CapacityReport(BaseModel):
 
 
 def _cpu_has_avx512_bf16() -> bool:
+    """This host's CPU has AVX512-BF16. vLLM asks `torch.cpu._is_avx512_bf16_supported()`
+    (CPUID through the cpuinfo library); Linux lists the same CPUID bit as the `avx512_bf16`
+    flag in /proc/cpuinfo (cleared when the OS does not enable AVX-512 state), which is read
+    here so planning needs no torch."""
     try:
-        return "avx512_bf16" in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="ignore")
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="ignore")
     except OSError:
         return False
+    return any(
+        "avx512_bf16" in line.split()
+        for line in text.splitlines()
+        if line.startswith(("flags", "Features"))
+    )
+
+
+def _resolve_cpu_avx512_bf16(req: CapacityRequest) -> tuple[bool, str | None]:
+    """Whether the serving CPU has AVX512-BF16, and how that is known (vLLM's GDN SSM state
+    dtype depends on it: vllm/platforms/cpu.py check_and_update_config)."""
+    if req.platform != "cpu":
+        return False, None
+    if req.cpu_avx512_bf16 is not None:
+        if req.cpu_avx512_bf16:
+            return True, "yes: --cpu-avx512-bf16"
+        return False, "no: --no-cpu-avx512-bf16"
+    if _cpu_has_avx512_bf16():
+        return True, (
+            "yes: detected on this host (/proc/cpuinfo flag avx512_bf16), taken as the serving "
+            "host; --no-cpu-avx512-bf16 plans for a CPU without it"
+        )
+    return False, (
+        "no: not detected on this host (/proc/cpuinfo flag avx512_bf16), taken as the serving "
+        "host; --cpu-avx512-bf16 plans for a CPU with it"
+    )
 
 
 def _settings(req: CapacityRequest, **overrides: object) -> CacheSettings:
@@ -134,7 +173,7 @@ def _settings(req: CapacityRequest, **overrides: object) -> CacheSettings:
         mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype,
         enable_prefix_caching=req.enable_prefix_caching,
         max_num_batched_tokens=req.max_num_batched_tokens,
-        cpu_avx512_bf16=req.platform == "cpu" and _cpu_has_avx512_bf16(),
+        cpu_avx512_bf16=_resolve_cpu_avx512_bf16(req)[0],
     )
     base.update(overrides)
     return CacheSettings.model_validate(base)
@@ -147,7 +186,10 @@ def _inputs(
     kv_source: str,
     gpu: str | None = None,
     total: int | None = None,
+    cpu_avx512_bf16_source: str | None = None,
 ) -> CapacityInputs:
+    if cpu_avx512_bf16_source is None and model.spec.is_hybrid:
+        cpu_avx512_bf16_source = _resolve_cpu_avx512_bf16(req)[1]
     return CapacityInputs(
         model=model.name,
         model_config_source=model.config_source,
@@ -159,6 +201,7 @@ def _inputs(
         kv_memory_source=kv_source,
         server=req.server,
         settings=settings,
+        cpu_avx512_bf16_source=cpu_avx512_bf16_source,
         reserves=req.reserves,
     )
 
@@ -265,8 +308,18 @@ def _server_report(req: CapacityRequest) -> CapacityReport:
         overrides["block_size"] = _label_int(labels, "block_size")
     if labels.get("cache_dtype"):
         overrides["kv_cache_dtype"] = labels["cache_dtype"]
-    if labels.get("mamba_ssm_cache_dtype") and model.spec.is_hybrid:
-        overrides["mamba_ssm_cache_dtype"] = labels["mamba_ssm_cache_dtype"]
+    avx_source = None
+    ssm_label = labels.get("mamba_ssm_cache_dtype")
+    if ssm_label and model.spec.is_hybrid:
+        # The label is the server's resolved value: vllm/platforms/cpu.py has already applied
+        # its AVX512-BF16 rule on the server's own CPU, so it must not be applied again here
+        # (a server without AVX512-BF16 reports "auto", which stays the conv-state dtype).
+        overrides["mamba_ssm_cache_dtype"] = ssm_label
+        overrides["cpu_avx512_bf16"] = False
+        avx_source = (
+            f"not applied: the server's mamba_ssm_cache_dtype label ({ssm_label}) is vLLM's "
+            "value, already resolved on the server's CPU"
+        )
     if labels.get("enable_prefix_caching") in ("True", "False"):
         overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
     settings = _settings(req, **overrides)
@@ -297,4 +350,5 @@ def _server_report(req: CapacityRequest) -> CapacityReport:
         ),
         cache_config_info=labels,
     )
-    return _report(plan, _inputs(req, model, settings, source), server=comparison)
+    inputs = _inputs(req, model, settings, source, cpu_avx512_bf16_source=avx_source)
+    return _report(plan, inputs, server=comparison)

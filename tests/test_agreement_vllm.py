@@ -1,9 +1,15 @@
 """The capacity planner agrees with the real vLLM CPU server, exactly.
 
-For each tiny configuration a real server is started; `residency plan --server URL --platform cpu
---json` (the real CLI) reads vLLM's own `vllm:cache_config_info` and predicts block size, number
-of blocks and KV-cache tokens from the model's config.json and the server's KV bytes. All three
-must equal vLLM's numbers, and the token count must equal the "KV cache size: N tokens" log line.
+For each tiny configuration a real server is started, and the real CLI predicts it twice:
+- `residency plan --server URL --platform cpu --json` reads vLLM's own `vllm:cache_config_info`
+  and predicts block size, number of blocks and KV-cache tokens from the model's config.json
+  and the server's KV bytes;
+- `residency plan --model DIR --kv-cache-memory-bytes N --platform cpu FLAGS --json` predicts
+  them from the config and the same vLLM flags alone, as a user plans before starting a server
+  (hybrid models: the GDN state dtype is resolved by the planner, not read from the server).
+Both must equal vLLM's numbers, the token count must equal the "KV cache size: N tokens" log
+line, and for hybrid models the state dtype, the attention block and the mamba padding must
+match what vLLM logged.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import CACHE_DIR
@@ -21,6 +28,39 @@ from vllm_server import VllmServerFactory
 from residency.tiny_model import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
 
 pytestmark = pytest.mark.vllm
+
+
+def _hybrid(**fields: object) -> TinyModelSpec:
+    """HYBRID_SPEC with some fields changed, validated."""
+    return TinyModelSpec.model_validate({**HYBRID_SPEC.model_dump(), **fields})
+
+
+# Issue #15: 256 B per attention token, GDN state 134,144 B (fp32 SSM) or 68,608 B (bf16): the
+# state is larger than one 128-token attention page (32,768 B) either way.
+ISSUE15_SPEC = _hybrid(
+    hidden_size=128,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=64,
+    linear_num_key_heads=1,
+    linear_num_value_heads=2,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+)
+# 2 KV heads x head_dim 128: 1,024 B per token, a 131,072 B page at the 128-token minimum block;
+# the GDN state (4 x 64 x 64 x 4 + 512 x 3 x 2 = 68,608 B fp32) is smaller, so the block stays
+# 128 and the state is padded up to the attention page.
+SMALL_STATE_SPEC = _hybrid(num_attention_heads=4, num_key_value_heads=2, head_dim=128)
+# 8 layers (6 GDN in groups of 2, 2 attention) and a wide state: 8 value heads of 128,
+# 8 x 128 x 128 x 4 + (2 x 2 x 128 + 8 x 128) x 3 x 2 = 533,504 B against 65,536 B per 128-token
+# page: 128 x cdiv(533,504, 65,536) = 1,152-token blocks, two layers per group.
+WIDE_STATE_SPEC = _hybrid(
+    num_hidden_layers=8,
+    linear_num_key_heads=2,
+    linear_num_value_heads=8,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+)
 
 # (id, model spec, extra server args, max_model_len, VLLM_CPU_KVCACHE_SPACE GiB)
 CONFIGS: list[tuple[str, TinyModelSpec, tuple[str, ...], int, int]] = [
@@ -40,9 +80,36 @@ CONFIGS: list[tuple[str, TinyModelSpec, tuple[str, ...], int, int]] = [
     ("hybrid-gdn-align", HYBRID_SPEC, ("--enable-prefix-caching",), 32768, 1),
     ("hybrid-gdn-no-prefix-cache", HYBRID_SPEC, ("--no-enable-prefix-caching",), 32768, 1),
     ("hybrid-gdn-fp8-kv", HYBRID_SPEC, ("--kv-cache-dtype", "fp8"), 32768, 1),
+    # Issue #15's command line; its state page is larger than one attention page.
+    (
+        "hybrid-issue15",
+        ISSUE15_SPEC,
+        ("--enable-prefix-caching", "--dtype", "bfloat16"),
+        32768,
+        1,
+    ),
+    # The same model with a 16-bit SSM state asked for explicitly: vLLM keeps it (block 384).
+    ("hybrid-issue15-ssm-bf16", ISSUE15_SPEC, ("--mamba-ssm-cache-dtype", "bfloat16"), 32768, 1),
+    ("hybrid-state-below-one-page", SMALL_STATE_SPEC, (), 32768, 1),
+    ("hybrid-8-layers-wide-state", WIDE_STATE_SPEC, (), 32768, 1),
 ]
 
 _KV_LOG = re.compile(r"KV cache size: ([\d,]+) tokens")
+_BLOCK_LOG = re.compile(r"Setting attention block size to (\d+) tokens")
+_PADDING_LOG = re.compile(r"Padding mamba page size by ([\d.]+)%")
+
+
+def _plan_json(*args: str) -> dict[str, Any]:
+    """`residency plan ... --capacity-only --json` through the real CLI, parsed."""
+    out = subprocess.run(
+        [sys.executable, "-m", "residency", "plan", *args, "--capacity-only", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    report: dict[str, Any] = json.loads(out.stdout)
+    return report
 
 
 @pytest.mark.parametrize(
@@ -67,34 +134,50 @@ def test_planner_matches_vllm_cpu_server(
         kv_cache_space_gib=kv_gib,
         name=name,
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "residency",
-            "plan",
-            "--server",
-            server.base_url,
-            "--platform",
-            "cpu",
-            "--capacity-only",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    report = json.loads(out.stdout)
+    report = _plan_json("--server", server.base_url, "--platform", "cpu")
     vllm = report["server"]
     assert vllm["max_model_len"] == max_model_len
+    served = (vllm["block_size"], vllm["num_blocks"], vllm["kv_cache_tokens"])
     assert (
         vllm["predicted_block_size"],
         vllm["predicted_num_blocks"],
         vllm["predicted_kv_cache_tokens"],
-    ) == (vllm["block_size"], vllm["num_blocks"], vllm["kv_cache_tokens"])
+    ) == served
     assert vllm["agrees"] is True
-    logged = _KV_LOG.findall(server.log_text())
+    log = server.log_text()
+    logged = _KV_LOG.findall(log)
     assert logged, "vLLM did not log its KV cache size"
     assert int(logged[-1].replace(",", "")) == report["kv_cache_tokens"]
     assert report["kv_cache_memory_bytes"] == kv_gib << 30
+
+    # Planned before any server exists: config.json and the same vLLM flags only.
+    offline = _plan_json(
+        "--model",
+        str(model_dir),
+        "--kv-cache-memory-bytes",
+        str(kv_gib << 30),
+        "--max-model-len",
+        str(max_model_len),
+        "--platform",
+        "cpu",
+        *server_args,
+    )
+    assert (offline["block_size"], offline["num_blocks"], offline["kv_cache_tokens"]) == served
+    layout = offline["plan"]["layout"]
+    if spec.kind != "hybrid":
+        return
+    # The state dtype the planner resolved is the one vLLM resolved (its label is post-rule;
+    # "auto" there means the conv-state dtype).
+    label = vllm["cache_config_info"]["mamba_ssm_cache_dtype"]
+    assert layout["mamba_ssm_cache_dtype"] == (
+        layout["mamba_cache_dtype"] if label == "auto" else label
+    )
+    args = list(server_args)
+    default_block = int(args[args.index("--block-size") + 1]) if "--block-size" in args else 128
+    grown = _BLOCK_LOG.findall(log)
+    assert [int(b) for b in grown[-1:]] == (
+        [layout["block_size"]] if layout["block_size"] > default_block else []
+    )
+    page, state = layout["page_size_bytes"], layout["mamba_page_size_bytes"]
+    padding = _PADDING_LOG.findall(log)
+    assert padding[-1:] == ([f"{100 * (page - state) / state:.2f}"] if page > state else [])

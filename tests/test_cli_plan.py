@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from model_configs import ISSUE15_CONFIG
 
 REQUIRED_KEYS = {
     "kv_cache_tokens",
@@ -161,3 +162,91 @@ def test_malformed_config_json_is_refused(tmp_path: Path, content: str, fragment
     assert "Traceback" not in out.stderr
     assert fragment in out.stderr
     assert str(path) in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "block_size", "kv_cache_tokens", "ssm_dtype", "reason_fragments"),
+    [
+        # vLLM CPU on an AVX512-BF16 host resets an auto SSM dtype to float32 (issue #15's server).
+        pytest.param(
+            ["--cpu-avx512-bf16"],
+            640,
+            3_702_219,
+            "float32",
+            ["reset to float32", "vllm/platforms/cpu.py", "yes: --cpu-avx512-bf16"],
+            id="avx512-bf16-cpu",
+        ),
+        pytest.param(
+            ["--no-cpu-avx512-bf16"],
+            384,
+            3_890_131,
+            "bfloat16",
+            ["conv-state dtype bfloat16", "mamba_utils.py", "no: --no-cpu-avx512-bf16"],
+            id="cpu-without-avx512-bf16",
+        ),
+        pytest.param(
+            ["--cpu-avx512-bf16", "--mamba-ssm-cache-dtype", "bfloat16"],
+            384,
+            3_890_131,
+            "bfloat16",
+            ["--mamba-ssm-cache-dtype bfloat16", "kept on an AVX512-BF16 CPU"],
+            id="explicit-bf16-state",
+        ),
+        pytest.param(
+            ["--no-cpu-avx512-bf16", "--mamba-ssm-cache-dtype", "float32"],
+            640,
+            3_702_219,
+            "float32",
+            ["--mamba-ssm-cache-dtype float32"],
+            id="explicit-fp32-state",
+        ),
+    ],
+)
+def test_cpu_hybrid_plan_says_which_ssm_state_dtype_it_assumed(
+    tmp_path: Path,
+    flags: list[str],
+    block_size: int,
+    kv_cache_tokens: int,
+    ssm_dtype: str,
+    reason_fragments: list[str],
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(ISSUE15_CONFIG))
+    common = ["plan", "--model", str(config), "--kv-cache-memory-bytes", str(1 << 30)]
+    common += ["--max-model-len", "32768", "--platform", "cpu", *flags]
+    out = run_cli(*common, "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    layout = report["plan"]["layout"]
+    assert (report["block_size"], report["kv_cache_tokens"]) == (block_size, kv_cache_tokens)
+    assert layout["mamba_ssm_cache_dtype"] == ssm_dtype
+    explained = layout["mamba_ssm_cache_dtype_reason"] + report["inputs"]["cpu_avx512_bf16_source"]
+    for fragment in reason_fragments:
+        assert fragment in explained
+    text = run_cli(*common)
+    assert text.returncode == 0, text.stderr
+    assert f"GDN SSM state {ssm_dtype}:" in text.stdout
+    assert f"{kv_cache_tokens:,}" in text.stdout
+
+
+def test_cpu_hybrid_plan_without_the_flag_names_the_host_it_detected_on(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(ISSUE15_CONFIG))
+    out = run_cli(
+        "plan",
+        "--model",
+        str(config),
+        "--kv-cache-memory-bytes",
+        str(1 << 30),
+        "--platform",
+        "cpu",
+        "--json",
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    source = report["inputs"]["cpu_avx512_bf16_source"]
+    detected = report["inputs"]["settings"]["cpu_avx512_bf16"]
+    assert source.startswith("yes: detected on this host" if detected else "no: not detected")
+    assert report["plan"]["layout"]["mamba_ssm_cache_dtype"] == (
+        "float32" if detected else "bfloat16"
+    )

@@ -219,20 +219,26 @@ def test_hybrid_server_starts_and_completes(
     assert labels["mamba_cache_mode"] == "align"  # set automatically with prefix caching
     # The attention block grows until its page covers one GDN state (vllm/platforms/interface.py
     # _align_hybrid_block_size). Per GDN layer: conv state (2*2*64 + 4*64) x 3 x 2 B = 3,072 B,
-    # plus the float32 SSM state 4 x 64 x 64 x 4 B = 65,536 B: 68,608 B. The attention layer
+    # plus the SSM state 4 x 64 x 64 elements: float32 on an AVX512-BF16 CPU (vllm/platforms/
+    # cpu.py), 65,536 B, so 68,608 B in all; bfloat16 elsewhere, 35,840 B. The attention layer
     # stores 2 kv heads x (64 + 64) x 2 B = 512 B per token, so the block is
-    # 128 x ceil(68,608 / (128 x 512)) = 256 tokens.
+    # 128 x ceil(68,608 / (128 x 512)) = 256 tokens (128 with the bf16 state).
+    # The label is vLLM's resolved value; "auto" means the bf16 conv-state dtype.
+    ssm_bytes = 4 if labels["mamba_ssm_cache_dtype"] == "float32" else 2
     spec = HYBRID_SPEC
     conv_dim = 2 * spec.linear_num_key_heads * spec.linear_key_head_dim + (
         spec.linear_num_value_heads * spec.linear_value_head_dim
     )
-    mamba_page_bytes = conv_dim * (spec.linear_conv_kernel_dim - 1) * 2 + (
-        spec.linear_num_value_heads * spec.linear_key_head_dim * spec.linear_value_head_dim * 4
+    mamba_page_bytes = (
+        conv_dim * (spec.linear_conv_kernel_dim - 1) * 2
+        + (spec.linear_num_value_heads * spec.linear_key_head_dim * spec.linear_value_head_dim)
+        * ssm_bytes
     )
     attention_bytes_per_token = spec.num_key_value_heads * 2 * spec.head_dim * 2
     expected_block_size = 128 * -(-mamba_page_bytes // (128 * attention_bytes_per_token))
-    assert int(labels["block_size"]) == expected_block_size == 256
-    # 4 groups of 1 layer share one pool of equal pages: 1 GiB / (256 x 512 B) = 8,192 blocks.
+    assert int(labels["block_size"]) == expected_block_size == (256 if ssm_bytes == 4 else 128)
+    # 4 groups of 1 layer share one pool of equal pages: 1 GiB / (256 x 512 B) = 8,192 blocks
+    # (16,384 with 128-token blocks).
     assert int(labels["num_gpu_blocks"]) == (1 << 30) // (expected_block_size * 512)
 
     pgid = server.pid

@@ -4,8 +4,9 @@ by hand from vLLM's formulas (planner/kv_layout.py cites them)."""
 from __future__ import annotations
 
 import pytest
+from model_configs import ISSUE15_CONFIG
 
-from planner import CacheSettings, build_kv_layout
+from planner import CacheSettings, build_kv_layout, compute_kv_capacity, model_spec_from_hf_config
 from planner.units import KVCacheDType
 from residency.profiles import resolve_model
 
@@ -121,3 +122,105 @@ def test_dense_block_size_defaults_per_platform(
     )
     layout = build_kv_layout(resolve_model("qwen3-4b").spec, settings)
     assert layout.block_size == expected
+
+
+# conv state: (2 x 1 x 128 + 2 x 128) x 3 x 2 B = 3,072 B; SSM state 2 x 128 x 128 elements.
+_ISSUE15_FP32_STATE = 3_072 + 32_768 * 4  # 134,144 B
+_ISSUE15_BF16_STATE = 3_072 + 32_768 * 2  # 68,608 B
+
+
+@pytest.mark.parametrize(
+    ("ssm_flag", "avx512_bf16", "ssm_dtype", "mamba_page", "block_size", "blocks", "tokens"),
+    [
+        # What vLLM CPU served in the issue: AVX512-BF16 host, auto -> float32 (cpu.py).
+        # Block 128 x cdiv(134,144, 128 x 256) = 640; 2^30 // (640 x 256) = 6,553 blocks over
+        # cdiv(32768, 640) + 3 x 2 = 58 blocks per request: int(6553 / 58 x 32768) = 3,702,219.
+        pytest.param(
+            "auto", True, "float32", _ISSUE15_FP32_STATE, 640, 6_553, 3_702_219, id="avx-auto"
+        ),
+        # What the planner printed in the issue: a bf16 state -> 128 x cdiv(68,608, 32,768) = 384;
+        # 10,922 blocks / (86 + 6) x 32768 = 3,890,131.
+        pytest.param(
+            "auto", False, "bfloat16", _ISSUE15_BF16_STATE, 384, 10_922, 3_890_131, id="no-avx"
+        ),
+        # An explicit 16-bit SSM dtype survives on an AVX512-BF16 CPU (accelerated GDN backend).
+        pytest.param(
+            "bfloat16", True, "bfloat16", _ISSUE15_BF16_STATE, 384, 10_922, 3_890_131, id="avx-bf16"
+        ),
+        pytest.param(
+            "float16", True, "float16", _ISSUE15_BF16_STATE, 384, 10_922, 3_890_131, id="avx-fp16"
+        ),
+        pytest.param(
+            "float32", False, "float32", _ISSUE15_FP32_STATE, 640, 6_553, 3_702_219, id="fp32-flag"
+        ),
+    ],
+)
+def test_cpu_gdn_ssm_state_dtype_follows_vllm_cpu_rule(
+    ssm_flag: str,
+    avx512_bf16: bool,
+    ssm_dtype: str,
+    mamba_page: int,
+    block_size: int,
+    blocks: int,
+    tokens: int,
+) -> None:
+    settings = CacheSettings.model_validate(
+        {
+            "platform": "cpu",
+            "max_model_len": 32768,
+            "mamba_ssm_cache_dtype": ssm_flag,
+            "cpu_avx512_bf16": avx512_bf16,
+        }
+    )
+    layout = build_kv_layout(model_spec_from_hf_config(ISSUE15_CONFIG), settings)
+    capacity = compute_kv_capacity(layout, 1 << 30, 32768)
+    assert layout.mamba_ssm_cache_dtype == ssm_dtype
+    assert layout.mamba_cache_dtype == "bfloat16"
+    assert layout.mamba_page_size_bytes == mamba_page
+    assert (layout.block_size, capacity.num_blocks, capacity.kv_cache_tokens) == (
+        block_size,
+        blocks,
+        tokens,
+    )
+    assert layout.mamba_ssm_cache_dtype_reason is not None
+    assert f"--mamba-ssm-cache-dtype {ssm_flag}" in layout.mamba_ssm_cache_dtype_reason
+    if ssm_flag == "auto":
+        cited = "vllm/platforms/cpu.py" if avx512_bf16 else "mamba_utils.py"
+        assert cited in layout.mamba_ssm_cache_dtype_reason
+
+
+def test_cuda_ignores_the_cpu_avx512_rule() -> None:
+    layout = build_kv_layout(
+        model_spec_from_hf_config(ISSUE15_CONFIG),
+        CacheSettings(max_model_len=32768, cpu_avx512_bf16=True),
+    )
+    # CUDA block 16: 16 x cdiv(68,608, 16 x 256) = 272.
+    assert (layout.mamba_ssm_cache_dtype, layout.block_size) == ("bfloat16", 272)
+
+
+def test_checkpoint_mamba_ssm_dtype_is_read_for_qwen35_only() -> None:
+    # vllm/model_executor/models/config.py: only the Qwen3.5 config hooks read `mamba_ssm_dtype`.
+    next_cfg = {**ISSUE15_CONFIG, "mamba_ssm_dtype": "float32"}
+    qwen35_cfg = {**next_cfg, "architectures": ["Qwen3_5ForCausalLM"], "model_type": "qwen3_5"}
+    settings = CacheSettings(max_model_len=32768)
+    assert build_kv_layout(model_spec_from_hf_config(next_cfg), settings).block_size == 272
+    qwen35 = build_kv_layout(model_spec_from_hf_config(qwen35_cfg), settings)
+    assert qwen35.mamba_ssm_cache_dtype == "float32"
+    assert qwen35.block_size == 16 * -(-_ISSUE15_FP32_STATE // (16 * 256))  # 528
+    assert "config.json mamba_ssm_dtype float32" in (qwen35.mamba_ssm_cache_dtype_reason or "")
+    # The flag wins over the checkpoint (vLLM only warns).
+    flagged = build_kv_layout(
+        model_spec_from_hf_config(qwen35_cfg),
+        CacheSettings(max_model_len=32768, mamba_ssm_cache_dtype="bfloat16"),
+    )
+    assert flagged.mamba_ssm_cache_dtype == "bfloat16"
+
+
+def test_qwen35_on_an_avx512_bf16_cpu_keeps_its_float32_checkpoint_state() -> None:
+    spec = resolve_model("qwen3.5-4b-fp8").spec
+    cpu = CacheSettings(platform="cpu", max_model_len=32768, cpu_avx512_bf16=True)
+    layout = build_kv_layout(spec, cpu)
+    # config.json asks float32 before the CPU hook runs: 2,146,304 B, 4,096 B per token,
+    # CPU block 128 -> 128 x cdiv(2,146,304, 128 x 4,096) = 640.
+    assert (layout.mamba_ssm_cache_dtype, layout.mamba_page_size_bytes) == ("float32", 2_146_304)
+    assert layout.block_size == 640

@@ -97,6 +97,24 @@ def plan(
         bool,
         typer.Option(help="Prefix caching (hybrid models: align mode).", rich_help_panel=_VLLM),
     ] = True,
+    mamba_ssm_cache_dtype: Annotated[
+        str,
+        typer.Option(
+            help="Hybrid models: GDN recurrent-state dtype (auto, float32, bfloat16, float16).",
+            rich_help_panel=_VLLM,
+        ),
+    ] = "auto",
+    cpu_avx512_bf16: Annotated[
+        bool | None,
+        typer.Option(
+            "--cpu-avx512-bf16/--no-cpu-avx512-bf16",
+            help="--platform cpu, hybrid models: the serving CPU has AVX512-BF16, so vLLM keeps "
+            "GDN state in float32 unless --mamba-ssm-cache-dtype is 16-bit (default: detect "
+            "on this host).",
+            show_default=False,
+            rich_help_panel=_VLLM,
+        ),
+    ] = None,
     max_num_batched_tokens: Annotated[
         int, typer.Option(help="--max-num-batched-tokens.", rich_help_panel=_VLLM)
     ] = 2048,
@@ -196,6 +214,8 @@ def plan(
             block_size=block_size,
             dtype=dtype,
             enable_prefix_caching=enable_prefix_caching,
+            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+            cpu_avx512_bf16=cpu_avx512_bf16,
             max_num_batched_tokens=max_num_batched_tokens,
             max_num_seqs=max_num_seqs,
             enforce_eager=enforce_eager,
@@ -346,6 +366,10 @@ def render(report: CapacityReport, console: Console) -> None:
             "GDN state page (padded to attention page)",
             f"{lay.mamba_page_size_bytes:,} → {lay.page_size_bytes:,} B",
         )
+        kv.add_row(
+            "GDN state dtypes (conv / SSM)",
+            f"{lay.mamba_cache_dtype} / {lay.mamba_ssm_cache_dtype}",
+        )
         kv.add_row("mamba cache mode", str(lay.mamba_cache_mode))
     kv.add_row("KV-cache groups", describe_groups(report))
     kv.add_row("KV cache memory", _gib(report.kv_cache_memory_bytes))
@@ -359,6 +383,11 @@ def render(report: CapacityReport, console: Console) -> None:
         f"max concurrency at {inp.settings.max_model_len} tokens", f"{report.max_concurrency:.2f}x"
     )
     console.print(kv)
+    if lay.mamba_ssm_cache_dtype_reason:
+        why = f"GDN SSM state {lay.mamba_ssm_cache_dtype}: {lay.mamba_ssm_cache_dtype_reason}"
+        if inp.cpu_avx512_bf16_source:
+            why += f". Serving CPU has AVX512-BF16: {inp.cpu_avx512_bf16_source}"
+        console.print(escape(why) + ".")
     if report.server is not None:
         srv = report.server
         cmp = Table(title=f"vLLM's own numbers ({srv.served_model})", title_justify="left")
