@@ -14,14 +14,10 @@ match what vLLM logged.
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from agreement import BLOCK_LOG, PADDING_LOG, assert_planner_agrees
 from conftest import CACHE_DIR
 from vllm_server import VllmServerFactory
 
@@ -94,23 +90,6 @@ CONFIGS: list[tuple[str, TinyModelSpec, tuple[str, ...], int, int]] = [
     ("hybrid-8-layers-wide-state", WIDE_STATE_SPEC, (), 32768, 1),
 ]
 
-_KV_LOG = re.compile(r"KV cache size: ([\d,]+) tokens")
-_BLOCK_LOG = re.compile(r"Setting attention block size to (\d+) tokens")
-_PADDING_LOG = re.compile(r"Padding mamba page size by ([\d.]+)%")
-
-
-def _plan_json(*args: str) -> dict[str, Any]:
-    """`residency plan ... --capacity-only --json` through the real CLI, parsed."""
-    out = subprocess.run(
-        [sys.executable, "-m", "residency", "plan", *args, "--capacity-only", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    report: dict[str, Any] = json.loads(out.stdout)
-    return report
-
 
 @pytest.mark.parametrize(
     ("spec", "server_args", "max_model_len", "kv_gib"),
@@ -134,50 +113,23 @@ def test_planner_matches_vllm_cpu_server(
         kv_cache_space_gib=kv_gib,
         name=name,
     )
-    report = _plan_json("--server", server.base_url, "--platform", "cpu")
-    vllm = report["server"]
-    assert vllm["max_model_len"] == max_model_len
-    served = (vllm["block_size"], vllm["num_blocks"], vllm["kv_cache_tokens"])
-    assert (
-        vllm["predicted_block_size"],
-        vllm["predicted_num_blocks"],
-        vllm["predicted_kv_cache_tokens"],
-    ) == served
-    assert vllm["agrees"] is True
+    report, offline = assert_planner_agrees(server, model_dir, max_model_len, kv_gib, server_args)
     log = server.log_text()
-    logged = _KV_LOG.findall(log)
-    assert logged, "vLLM did not log its KV cache size"
-    assert int(logged[-1].replace(",", "")) == report["kv_cache_tokens"]
-    assert report["kv_cache_memory_bytes"] == kv_gib << 30
-
-    # Planned before any server exists: config.json and the same vLLM flags only.
-    offline = _plan_json(
-        "--model",
-        str(model_dir),
-        "--kv-cache-memory-bytes",
-        str(kv_gib << 30),
-        "--max-model-len",
-        str(max_model_len),
-        "--platform",
-        "cpu",
-        *server_args,
-    )
-    assert (offline["block_size"], offline["num_blocks"], offline["kv_cache_tokens"]) == served
     layout = offline["plan"]["layout"]
     if spec.kind != "hybrid":
         return
     # The state dtype the planner resolved is the one vLLM resolved (its label is post-rule;
     # "auto" there means the conv-state dtype).
-    label = vllm["cache_config_info"]["mamba_ssm_cache_dtype"]
+    label = report["server"]["cache_config_info"]["mamba_ssm_cache_dtype"]
     assert layout["mamba_ssm_cache_dtype"] == (
         layout["mamba_cache_dtype"] if label == "auto" else label
     )
     args = list(server_args)
     default_block = int(args[args.index("--block-size") + 1]) if "--block-size" in args else 128
-    grown = _BLOCK_LOG.findall(log)
+    grown = BLOCK_LOG.findall(log)
     assert [int(b) for b in grown[-1:]] == (
         [layout["block_size"]] if layout["block_size"] > default_block else []
     )
     page, state = layout["page_size_bytes"], layout["mamba_page_size_bytes"]
-    padding = _PADDING_LOG.findall(log)
+    padding = PADDING_LOG.findall(log)
     assert padding[-1:] == ([f"{100 * (page - state) / state:.2f}"] if page > state else [])

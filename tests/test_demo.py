@@ -28,7 +28,7 @@ from residency.demo import DemoReport
 pytestmark = pytest.mark.vllm
 
 MARK = "RESIDENCY_DEMO_TEST_RUN"
-SHORT = ("--lengths", "1000,4000", "--repeats", "2", "--cold-repeats", "1")
+SHORT = ("--repeats", "2", "--cold-repeats", "1")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -49,9 +49,9 @@ def demo_env(mark: str) -> dict[str, str]:
     return {**os.environ, MARK: mark, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"}
 
 
-def demo_argv(out: Path) -> list[str]:
-    """`residency demo --out OUT` with short lengths and few repeats."""
-    return [sys.executable, "-m", "residency", "demo", "--out", str(out), *SHORT]
+def demo_argv(out: Path, *extra: str) -> list[str]:
+    """`residency demo --out OUT` with few repeats (lengths: from the time budget)."""
+    return [sys.executable, "-m", "residency", "demo", "--out", str(out), *SHORT, *extra]
 
 
 @dataclass(frozen=True)
@@ -110,10 +110,10 @@ def lines_of(stream: object) -> Iterator[str]:
         yield line
 
 
-def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path, mark: str) -> None:
-    out = tmp_path / "demo-out"
+def run_demo(out: Path, mark: str, *extra: str) -> tuple[str, DemoReport]:
+    """Run the demo to the end; its stdout and demo.json."""
     done = subprocess.run(
-        demo_argv(out),
+        demo_argv(out, *extra),
         capture_output=True,
         text=True,
         timeout=900,
@@ -121,36 +121,82 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path, mark: st
         env=demo_env(mark),
     )
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    for step in ("model", "vllm", "plan", "warm", "router", "questions", "bench", "stop"):
-        assert f"✓ {step}" in done.stdout, done.stdout
-    assert "Questions through the router" in done.stdout
-    assert "TTFT on tiny" in done.stdout
-    assert "warm/cold" in done.stdout
+    return done.stdout, DemoReport.model_validate_json((out / "demo.json").read_bytes())
+
+
+def assert_nothing_left(report: DemoReport, mark: str) -> None:
+    """Both servers were started and none of their processes is alive."""
+    assert {s.name for s in report.servers} == {"vllm", "router"}
+    assert not report.kept_running
+    for server in report.servers:
+        assert not process_group_alive(server.pgid), server
+    assert demo_processes(mark, {s.pgid for s in report.servers}) == []
+
+
+def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path, mark: str) -> None:
+    out = tmp_path / "demo-out"
+    stdout, report = run_demo(out, mark)
+    steps = ("model", "vllm", "probe", "plan", "warm", "router", "questions", "bench", "stop")
+    for step in steps:
+        assert f"✓ {step}" in stdout, stdout
+    assert "machine: " in stdout
+    assert "Questions through the router" in stdout
+    assert "TTFT on SmolLM2-135M-Instruct" in stdout
     assert (out / "ttft.png").read_bytes()[:8] == PNG_MAGIC
 
-    report = DemoReport.model_validate_json((out / "demo.json").read_bytes())
-    assert {q.intent for q in report.questions} >= {"resident", "long_tail", "dated"}
+    # The real model on the English sample: one real answer per route.
+    assert (report.model, report.served_model, report.sample) == (
+        "smollm2",
+        "SmolLM2-135M-Instruct",
+        "harbor-lights-en",
+    )
+    assert report.machine.cores >= 1
+    assert report.machine.cpu_model
+    assert [q.intent for q in report.questions] == ["resident", "long_tail", "dated", "unknown"]
+    assert [q.route for q in report.questions][:3] == ["resident", "long_tail", "dated"]
+    assert report.bench is not None
     for q in report.questions:
-        assert q.route in ("resident", "long_tail", "dated"), q
+        assert q.answer, q  # real weights: words, not stray bytes
         assert q.prompt_tokens > report.prefix_tokens
         # Every request starts with the warmed prefix: all of it but the last block is cached.
         assert q.cached_tokens is not None
         assert q.cached_tokens >= report.prefix_tokens - report.bench.block_size
     assert report.warm.resident
+    # Lengths chosen from the measured rate: shortest first, within the 8K window, the
+    # resident prefix at its real size last; what the window rules out is said in one line.
+    assert len(report.prefill.probes) == 2
     labels = [row.label for row in report.bench.results]
-    assert labels == ["1000", "4000", "plan"]
+    assert labels[-1] == "plan"
+    lengths = [int(x) for x in labels[:-1]]
+    assert lengths == sorted(lengths)
+    assert all(n < 8192 for n in lengths)
+    assert any("exceed max_model_len 8,192" in line for line in report.scaled_down)
     for row in report.bench.results:
         assert row.warm_over_cold is not None, row
         assert row.warm_over_cold < 1, row
     assert report.bench.coverage is not None
     logged = (out / "query-log.jsonl").read_text("utf-8").splitlines()
     assert len(logged) >= len(report.questions)
+    assert_nothing_left(report, mark)
 
-    assert {s.name for s in report.servers} == {"vllm", "router"}
-    assert not report.kept_running
-    for server in report.servers:
-        assert not process_group_alive(server.pgid), server
-    assert demo_processes(mark, {s.pgid for s in report.servers}) == []
+
+def test_tiny_model_and_a_budget_too_small_for_the_comparison(tmp_path: Path, mark: str) -> None:
+    out = tmp_path / "demo-out"
+    stdout, report = run_demo(out, mark, "--model", "tiny", "--time-budget", "1")
+    assert (report.model, report.sample) == ("tiny", "harbor-lights")
+    # One second is spent before the comparison could start: it is left out, and said so.
+    assert report.bench is None
+    assert report.plot_path is None
+    assert not (out / "ttft.png").exists()
+    assert "✓ bench" not in stdout
+    (line,) = report.scaled_down
+    assert "prefix row" in line
+    assert "raise --time-budget" in line
+    assert "scaled down: " in stdout
+    assert report.total_s > report.time_budget_s
+    assert "over --time-budget" in stdout
+    assert report.warm.resident  # the prefix is still warmed: only the comparison shrinks
+    assert_nothing_left(report, mark)
 
 
 def test_sigterm_mid_run_stops_every_server(tmp_path: Path, mark: str) -> None:

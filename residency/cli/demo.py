@@ -11,12 +11,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from residency.bench.ttft import DEFAULT_LENGTHS
 from residency.cli.bench import parse_lengths
 from residency.cli.bench import render as render_bench
 from residency.demo import DemoOptions, DemoReport, Terminated, run_demo
-
-_DEFAULT_LENGTHS = ",".join(map(str, DEFAULT_LENGTHS))
+from residency.demo.budget import DEFAULT_TIME_BUDGET_S
+from residency.demo.report import DemoModel
 
 
 def demo(
@@ -27,9 +26,28 @@ def demo(
             "and the servers' logs."
         ),
     ] = Path("demo-out"),
+    model: Annotated[
+        DemoModel | None,
+        typer.Option(
+            help="smollm2: SmolLM2-135M-Instruct, real weights, on the English sample; tiny: a "
+            "random-weight model on the Japanese sample.",
+            show_default="smollm2 where its extra is installed, else tiny",
+        ),
+    ] = None,
+    time_budget: Annotated[
+        float,
+        typer.Option(
+            help="Seconds the whole run should take: the TTFT comparison keeps the lengths a "
+            "measured prefill rate fits in what is left."
+        ),
+    ] = DEFAULT_TIME_BUDGET_S,
     lengths: Annotated[
-        str, typer.Option(help="Prompt lengths in tokens for the TTFT comparison.")
-    ] = _DEFAULT_LENGTHS,
+        str | None,
+        typer.Option(
+            help="Prompt lengths in tokens for the TTFT comparison (not scaled to the budget).",
+            show_default="chosen from the measured prefill rate",
+        ),
+    ] = None,
     repeats: Annotated[int, typer.Option(help="Timed warm sends per length.")] = 3,
     cold_repeats: Annotated[
         int, typer.Option(help="Cold sends per length, each with a fresh salt.")
@@ -44,11 +62,13 @@ def demo(
         bool, typer.Option("--json", help="Print only demo.json's object (steps on stderr).")
     ] = False,
 ) -> None:
-    """Build a tiny model, start vLLM's CPU server, plan, warm, ask through the router, compare
-    cold and warm TTFT, draw the picture, then stop everything it started."""
+    """Build a local model, start vLLM's CPU server, plan, warm, ask through the router (real
+    answers), compare cold and warm TTFT, draw the picture, then stop everything it started."""
     options = DemoOptions(
         out_dir=out,
-        lengths=parse_lengths(lengths),
+        model=model,
+        time_budget_s=time_budget,
+        lengths=parse_lengths(lengths) if lengths is not None else None,
         repeats=repeats,
         cold_repeats=cold_repeats,
         keep_running=keep_running,
@@ -69,18 +89,23 @@ def demo(
 
 
 def render(report: DemoReport, console: Console) -> None:
-    """The questions, the TTFT table, where the artefacts are, and the servers if kept up."""
+    """The machine, the questions with their answers, the TTFT table, the artefacts, and the
+    servers if kept up."""
+    console.print(f"[bold]machine[/]: {escape(report.machine.describe())}", highlight=False)
     console.print(
-        f"[bold]plan[/]: {report.resident_sections} of {report.total_sections} sections "
-        f"resident, prefix {report.prefix_tokens:,} of {report.resident_budget_tokens:,} "
-        f"budget tokens; warm: {report.warm.cached_tokens:,} cached, TTFT "
-        f"{report.warm.cold_ttft_s:.2f} s → {report.warm.warm_ttft_s:.2f} s",
+        f"[bold]model[/]: {escape(report.served_model)} ({report.model}); "
+        f"[bold]plan[/]: {report.resident_sections} of {report.total_sections} sections of "
+        f"{escape(report.sample)} resident, prefix {report.prefix_tokens:,} of "
+        f"{report.resident_budget_tokens:,} budget tokens; warm: "
+        f"{report.warm.cached_tokens:,} cached, TTFT {report.warm.cold_ttft_s:.2f} s → "
+        f"{report.warm.warm_ttft_s:.2f} s",
         highlight=False,
     )
     table = Table(title="Questions through the router", title_justify="left")
-    table.add_column("question", max_width=30, overflow="fold")
+    table.add_column("question", max_width=28, overflow="fold")
     table.add_column("route", no_wrap=True)
-    table.add_column("retrieved (sections)", max_width=40, overflow="fold")
+    table.add_column("retrieved (sections)", max_width=30, overflow="fold")
+    table.add_column("answer", max_width=40, overflow="fold")
     for name in ("prompt", "cached", "TTFT s"):
         table.add_column(name, justify="right")
     for q in report.questions:
@@ -88,15 +113,20 @@ def render(report: DemoReport, console: Console) -> None:
             escape(q.question),
             q.route,
             escape("\n".join(q.retrieved)) or "-",
+            escape(" ".join(q.answer.split())) or "-",
             f"{q.prompt_tokens:,}",
             f"{q.cached_tokens:,}" if q.cached_tokens is not None else "-",
             f"{q.ttft_s:.3f}",
         )
     console.print(table)
-    render_bench(report.bench, console)
+    for line in report.scaled_down:
+        console.print(f"scaled down: {escape(line)}", highlight=False)
+    if report.bench is not None:
+        render_bench(report.bench, console)
+    picture = f"picture: {escape(report.plot_path)}; " if report.plot_path else ""
     console.print(
-        f"picture: {escape(report.plot_path)}; report: {escape(report.out_dir)}/demo.json; "
-        f"total {report.total_s:.0f} s",
+        f"{picture}report: {escape(report.out_dir)}/demo.json; total {report.total_s:.0f} s "
+        f"of a {report.time_budget_s:.0f} s budget",
         highlight=False,
     )
     if report.kept_running:

@@ -22,7 +22,9 @@ DEFAULT_MODELS_DIR = REPO_ROOT / ".cache" / "models"
 def default_dir(name: ModelName) -> Path:
     """Where a model is built unless --out says otherwise."""
     if name == "smollm2":
-        return DEFAULT_MODELS_DIR / "smollm2-135m-instruct"
+        from residency.models.smollm2 import DIR_NAME
+
+        return DEFAULT_MODELS_DIR / DIR_NAME
     return REPO_ROOT / ".cache" / "tiny-models" / name.removeprefix("tiny-")
 
 

@@ -1,7 +1,9 @@
-"""`residency demo`: the whole product on a CPU-only machine, from tiny model to TTFT picture."""
+"""`residency demo`: the whole product on a CPU-only machine, from a local model to real answers
+and the TTFT picture, within a time budget."""
 
 from residency.demo.questions import QuestionResult
-from residency.demo.run import DemoOptions, DemoReport, StepResult, run_demo
+from residency.demo.report import DemoOptions, DemoReport, StepResult
+from residency.demo.run import run_demo
 from residency.demo.servers import ProcessInfo, Terminated
 
 __all__ = [

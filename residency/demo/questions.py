@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +18,9 @@ from residency.errors import UpstreamError
 from residency.eval_retrieval import load_questions
 from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan
+from residency.query_log import read_query_log
+from residency.serve.context import ContextBuilder
+from residency.serve.settings import ServeSettings
 from residency.timex import resolve_period
 
 Intent = Literal["resident", "long_tail", "dated", "unknown"]
@@ -24,12 +28,18 @@ Intent = Literal["resident", "long_tail", "dated", "unknown"]
 # February" February 2025, whose notes a plan built from the sample log leaves to retrieval;
 # the first candidate whose period holds a long-tail note is asked (the New Year's notes are
 # asked about so often that they are resident, which routes a question about them "resident").
-DATED_CANDIDATES: tuple[str, ...] = (
-    "先月、御影瀬で何をした？",
-    "今年の2月に北防波堤で何があった？",
-    "今年の正月に神崎灯台で何があった？",
-)
-ANSWER_TOKENS = 8  # random weights: the answer is noise; the prefill is what is measured
+DATED_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "ja": (
+        "先月、御影瀬で何をした？",
+        "今年の2月に北防波堤で何があった？",
+        "今年の正月に神崎灯台で何があった？",
+    ),
+    "en": (
+        "What did we do at Mikagese last month?",
+        "What happened at the North Breakwater this February?",
+        "What happened at Kanzaki Lighthouse over the New Year holidays?",
+    ),
+}
 
 
 class QuestionResult(BaseModel):
@@ -40,6 +50,8 @@ class QuestionResult(BaseModel):
     question: str = Field(min_length=1, max_length=4096, description="What was asked.")
     intent: Intent = Field(description="Why it was picked: where the plan put its evidence.")
     route: str = Field(min_length=1, max_length=64, description="X-Residency-Route.")
+    answer: str = Field(max_length=100_000, description="The streamed answer text.")
+    finish_reason: str | None = Field(max_length=64, description="stop, length, ...")
     retrieved: tuple[str, ...] = Field(
         max_length=1_000, description="X-Residency-Retrieved: section ids, in prompt order."
     )
@@ -50,49 +62,81 @@ class QuestionResult(BaseModel):
     ttft_s: float = Field(ge=0, le=86_400, description="Seconds to the first streamed event.")
 
 
-def pick_questions(plan: ResidencyPlan, qa_path: Path, today: dt.date) -> list[tuple[str, Intent]]:
-    """A resident, a long-tail, a dated and an unanswerable question, as the plan places them."""
-    whole = {item.section_id for item in plan.resident if item.id == item.section_id}
+def router_routes(
+    plan: ResidencyPlan, plan_path: Path, index_dir: Path, upstream: str, today: dt.date
+) -> Callable[[str], str]:
+    """The route the demo's router (BM25, --today) will give a question, computed here by the
+    same ContextBuilder."""
+    settings = ServeSettings(
+        plan=plan_path, upstreams=(upstream,), log=None, retriever="bm25", today=today
+    )
+    builder = ContextBuilder(plan, open_index(index_dir), settings)
+    return lambda question: builder.retrieve(question).route
+
+
+def pick_questions(
+    plan: ResidencyPlan,
+    qa_path: Path,
+    today: dt.date,
+    route_of: Callable[[str], str],
+    log_path: Path | None = None,
+) -> list[tuple[str, Intent]]:
+    """A resident, a long-tail, a dated and an unanswerable question, as the router will route
+    them (`route_of`: the library's own routing decision). A resident question is the first
+    question of the set whose gold is resident and that routes `resident`, else the first such
+    line of the query log: a small plan may hold no question's whole gold."""
     long_tail = set(plan.long_tail_section_ids)
+    resident = {item.section_id for item in plan.resident}
     picked: dict[Intent, str] = {}
     for q in load_questions(qa_path):
         gold = set(q.relevant_ids)
-        if gold and gold <= whole:
-            picked.setdefault("resident", q.query)
-        elif gold and gold <= long_tail:
-            picked.setdefault("long_tail", q.query)
-        elif not gold:
+        if not gold:
             picked.setdefault("unknown", q.query)
+        elif "resident" not in picked and gold & resident and route_of(q.query) == "resident":
+            picked["resident"] = q.query
+        elif "long_tail" not in picked and gold <= long_tail and route_of(q.query) == "long_tail":
+            picked["long_tail"] = q.query
+    if "resident" not in picked and log_path is not None:
+        for entry in read_query_log(log_path).entries:
+            if route_of(entry.query) == "resident":
+                picked["resident"] = entry.query
+                break
     picked["dated"] = dated_question(plan, today)
     order: tuple[Intent, ...] = ("resident", "long_tail", "dated", "unknown")
     return [(picked[intent], intent) for intent in order if intent in picked]
 
 
 def dated_question(plan: ResidencyPlan, today: dt.date) -> str:
-    """The first dated candidate whose period holds a long-tail note (else the last one)."""
+    """The first dated candidate (in the corpus's language) whose period holds a long-tail
+    note (else the last one)."""
     index = open_index(Path(plan.index_dir))
+    candidates = DATED_CANDIDATES[index.language.code]
     days = [
         day
         for sid in plan.long_tail_section_ids
         if index.has_section(sid) and (day := index.section(sid).date) is not None
     ]
-    for question in DATED_CANDIDATES:
+    for question in candidates:
         period = resolve_period(question, today)
         if period is not None and any(period.contains(day) for day in days):
             return question
-    return DATED_CANDIDATES[-1]
+    return candidates[-1]
 
 
-def ask(client: httpx.Client, router_url: str, question: str, intent: Intent) -> QuestionResult:
+def ask(
+    client: httpx.Client, router_url: str, question: str, intent: Intent, answer_tokens: int
+) -> QuestionResult:
     """Stream one chat request through the router; TTFT is the wait for its first SSE event."""
     body = {
         "messages": [{"role": "user", "content": question}],
-        "max_tokens": ANSWER_TOKENS,
+        "max_tokens": answer_tokens,
         "temperature": 0,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
     usage: dict[str, Any] = {}
+    text: list[str] = []
+    finish: str | None = None
     ttft_s: float | None = None
     started = time.perf_counter()
     with client.stream(
@@ -112,8 +156,13 @@ def ask(client: httpx.Client, router_url: str, question: str, intent: Intent) ->
             if line == "data: [DONE]":
                 continue
             event = orjson.loads(line[6:])
-            if isinstance(event, dict) and isinstance(event.get("usage"), dict):
+            if not isinstance(event, dict):
+                continue
+            if isinstance(event.get("usage"), dict):
                 usage = event["usage"]
+            for choice in event.get("choices") or ():
+                text.append((choice.get("delta") or {}).get("content") or "")
+                finish = choice.get("finish_reason") or finish
         route = response.headers.get("x-residency-route", "?")
         raw = response.headers.get("x-residency-retrieved", "")
     details = usage.get("prompt_tokens_details") or {}
@@ -122,6 +171,8 @@ def ask(client: httpx.Client, router_url: str, question: str, intent: Intent) ->
         question=question,
         intent=intent,
         route=route,
+        answer="".join(text).strip(),
+        finish_reason=finish,
         retrieved=tuple(urllib.parse.unquote(s) for s in raw.split(",") if s),
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
         cached_tokens=cached if isinstance(cached, int) else None,
@@ -129,7 +180,9 @@ def ask(client: httpx.Client, router_url: str, question: str, intent: Intent) ->
     )
 
 
-def ask_all(router_url: str, questions: list[tuple[str, Intent]]) -> list[QuestionResult]:
+def ask_all(
+    router_url: str, questions: list[tuple[str, Intent]], answer_tokens: int
+) -> list[QuestionResult]:
     """Ask each question in turn."""
     with httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0)) as client:
-        return [ask(client, router_url, question, intent) for question, intent in questions]
+        return [ask(client, router_url, q, intent, answer_tokens) for q, intent in questions]

