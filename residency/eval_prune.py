@@ -27,6 +27,7 @@ from residency.coverage_runs import COVERAGE_CACHE, squad_corpus, squad_index
 from residency.errors import ConfigError, CorpusError, UpstreamError
 from residency.eval_retrieval import Question, load_questions
 from residency.index import BuildProgress, Index, open_index
+from residency.machine import MachineInfo, machine_info
 from residency.planning.run import CACHE_DIR, REPO_ROOT, sample_index
 from residency.pruner import Passage, PruneResult, PrunerSettings, keep_ids, prune_sync
 from residency.routing import DEFAULT_K
@@ -95,6 +96,9 @@ class PruneEvalReport(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     settings: PruneEvalSettings = Field(description="What was measured.")
+    machine: MachineInfo | None = Field(
+        default=None, description="The machine that ran the eval (latency: the pruner's host)."
+    )
     questions: int = Field(ge=0, description="Questions evaluated.")
     rows: tuple[KeptFigures, ...] = Field(
         max_length=8, description="pruner, floor only, grades only: same retrievals, same grades."
@@ -220,6 +224,7 @@ def evaluate_pruning(
             threshold=settings.threshold,
             keep_top_k=settings.keep_top_k,
         ),
+        machine=machine_info(),
         questions=len(asked),
         rows=rows,
         latency=latency_figures([a.result.elapsed_s for a in asked]),

@@ -12,6 +12,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.atomic import write_bytes_atomic
+from residency.machine import MachineInfo
 from residency.warm_session import TTFT_METHOD
 
 CachedSource = Literal["usage", "metrics"]
@@ -131,6 +132,10 @@ class BenchReport(BaseModel):
     cold_repeats: int = Field(ge=1, le=1_000, description="Cold sends per length, each salted.")
     ttft_method: str = Field(
         default=TTFT_METHOD, max_length=4096, description="How TTFT is measured."
+    )
+    machine: MachineInfo | None = Field(
+        default=None,
+        description="The machine that ran the client (the server's own host when it is local).",
     )
     results: tuple[LengthResult, ...] = Field(max_length=1_000, description="One row per length.")
     coverage: CoverageCurve | None = Field(default=None, description="With --plan --questions.")

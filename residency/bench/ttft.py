@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from residency.bench.report import BenchReport, CachedSource, LengthResult, TtftStats
 from residency.errors import ConfigError, UpstreamError
 from residency.index import BuildProgress
+from residency.machine import machine_info
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.run import SAMPLE_CORPUS
 from residency.warm import shared_prefix_ids
@@ -293,6 +294,7 @@ def _run(
         cached_source=cached_source,
         repeats=options.repeats,
         cold_repeats=options.cold_repeats,
+        machine=machine_info(),
         results=tuple(results),
         warnings=tuple(warnings),
     )

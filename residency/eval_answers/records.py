@@ -10,6 +10,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from residency.errors import ConfigError, CorpusError
+from residency.machine import MachineInfo
 
 StrategyName = Literal["rag", "whole", "residency"]
 STRATEGIES: tuple[StrategyName, ...] = ("rag", "whole", "residency")
@@ -273,6 +274,9 @@ class AnswerEvalReport(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     settings: RunSettings = Field(description="Inputs of the run.")
+    machine: MachineInfo | None = Field(
+        default=None, description="The machine that ran the eval (TTFTs are the servers')."
+    )
     evaluated: int = Field(ge=0, description="Questions asked of every strategy.")
     strategies: tuple[StrategyReport, ...] = Field(description="In the order asked.")
     notes: tuple[str, ...] = Field(description="Warnings worth a line (unknown gold ids, ...).")

@@ -35,6 +35,7 @@ from residency.eval_answers.records import (
 )
 from residency.eval_answers.report import build_record, strategy_report
 from residency.index import BuildProgress, Index
+from residency.machine import machine_info
 from residency.planning.plan_model import read_plan
 from residency.vllm_client import VllmClient
 
@@ -267,6 +268,7 @@ def run_answer_eval(job: AnswerEvalJob, progress: BuildProgress | None = None) -
     )
     return AnswerEvalReport(
         settings=settings,
+        machine=machine_info(),
         evaluated=len(job.questions),
         strategies=tuple(reports),
         notes=tuple(_notes(job)),
