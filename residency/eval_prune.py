@@ -24,12 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
 from residency.coverage_runs import COVERAGE_CACHE, squad_corpus, squad_index
-from residency.errors import ConfigError, CorpusError, UpstreamError
+from residency.errors import ConfigError, CorpusError
 from residency.eval_retrieval import Question, load_questions
 from residency.index import BuildProgress, Index, open_index
 from residency.machine import MachineInfo, machine_info
 from residency.planning.run import CACHE_DIR, REPO_ROOT, sample_index
-from residency.pruner import Passage, PruneResult, PrunerSettings, keep_ids, prune_sync
+from residency.pruner import PRUNER_FLAG, Passage, PruneResult, PrunerSettings, keep_ids, prune_sync
 from residency.routing import DEFAULT_K
 from residency.tiny_model import STAMP_FILE, ensure_tokenizer
 from residency.token_count import LocalTokenCounter
@@ -254,11 +254,8 @@ def served_model(url: str, wanted: str | None, api_key: str | None = None) -> tu
     Raises `UpstreamError` when the endpoint cannot be reached and `ConfigError` when it does
     not serve `wanted`: a run that would only measure failures stops before it starts.
     """
-    try:
-        with VllmClient(url, api_key=api_key) as client:
-            models = client.models()
-    except UpstreamError as exc:  # VllmClient names its own flag; this command's is --pruner-url
-        raise UpstreamError(str(exc).replace("--server", "--pruner-url", 1)) from None
+    with VllmClient(url, api_key=api_key, flag=PRUNER_FLAG) as client:
+        models = client.models()
     ids = [m.id for m in models]
     name = wanted or ids[0]
     if name not in ids:

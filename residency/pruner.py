@@ -38,9 +38,13 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from residency.errors import UpstreamError
 from residency.prompt_language import LanguageCode
+from residency.vllm_client import AsyncVllmClient, RawAnswer, VllmClient, endpoints
+from residency.vllm_client.wire import status_error
 
 LOGGER = logging.getLogger("residency.pruner")
+PRUNER_FLAG = "--pruner-url"
 PRUNER_SERVER_ARGS: tuple[str, ...] = (
     "--structured-outputs-config",
     '{"backend": "xgrammar", "disable_any_whitespace": true}',
@@ -129,14 +133,7 @@ class PrunerSettings(BaseModel):
     @property
     def chat_url(self) -> str:
         """The chat-completions endpoint under `url`."""
-        return self.url.rstrip("/").removesuffix("/v1") + "/v1/chat/completions"
-
-    def headers(self) -> dict[str, str]:
-        """Request headers (JSON, and the bearer token when set)."""
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
+        return endpoints.url_of(self.url, endpoints.CHAT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,25 +326,18 @@ def _kept_all(passages: Sequence[Passage], failure: Failure, error: str) -> Prun
     return PruneResult(tuple(p.id for p in passages), {}, False, error, failure=failure)
 
 
-def _from_response(
-    settings: PrunerSettings, passages: Sequence[Passage], status_code: int, body: bytes
+def _from_answer(
+    settings: PrunerSettings, passages: Sequence[Passage], answer: RawAnswer
 ) -> PruneResult:
     """The result of one HTTP reply of the chat endpoint."""
-    if status_code != 200:
-        detail = _clip(body.decode("utf-8", "replace"))
-        return _kept_all(passages, "upstream", f"{settings.chat_url}: HTTP {status_code}: {detail}")
+    if answer.status_code != 200:
+        where = f"{PRUNER_FLAG} {endpoints.base_url(settings.url)}"
+        error = status_error(where, endpoints.CHAT, answer.status_code, answer.content)
+        return _kept_all(passages, "upstream", _clip(str(error)))
     try:
-        return _kept(settings, passages, parse_response(body, len(passages)))
+        return _kept(settings, passages, parse_response(answer.content, len(passages)))
     except InvalidReplyError as exc:
         return _kept_all(passages, "invalid_output", str(exc))
-
-
-def _from_error(
-    settings: PrunerSettings, passages: Sequence[Passage], exc: httpx.HTTPError
-) -> PruneResult:
-    """The result of a request that got no reply (refused, timed out, broken)."""
-    detail = _clip(str(exc)) or "no detail"
-    return _kept_all(passages, "upstream", f"{settings.chat_url}: {type(exc).__name__}: {detail}")
 
 
 def _timed(result: PruneResult, started: float) -> PruneResult:
@@ -365,15 +355,14 @@ async def prune(
     started = time.perf_counter()
     if not passages:
         return PruneResult(())
-    body = orjson.dumps(build_request(settings, question, passages))
+    upstream = AsyncVllmClient(settings.url, client, api_key=settings.api_key, flag=PRUNER_FLAG)
     try:
-        response = await client.post(
-            settings.chat_url, content=body, headers=settings.headers(), timeout=settings.timeout_s
+        answer = await upstream.chat_response(
+            build_request(settings, question, passages), timeout_s=settings.timeout_s
         )
-    except httpx.HTTPError as exc:
-        return _timed(_from_error(settings, passages, exc), started)
-    result = _from_response(settings, passages, response.status_code, response.content)
-    return _timed(result, started)
+    except UpstreamError as exc:
+        return _timed(_kept_all(passages, "upstream", _clip(str(exc))), started)
+    return _timed(_from_answer(settings, passages, answer), started)
 
 
 def prune_sync(
@@ -388,16 +377,15 @@ def prune_sync(
     started = time.perf_counter()
     if not passages:
         return PruneResult(())
-    body = orjson.dumps(build_request(settings, question, passages))
-    http = client if client is not None else httpx.Client()
-    try:
-        response = http.post(
-            settings.chat_url, content=body, headers=settings.headers(), timeout=settings.timeout_s
-        )
-    except httpx.HTTPError as exc:
-        return _timed(_from_error(settings, passages, exc), started)
-    finally:
-        if client is None:
-            http.close()
-    result = _from_response(settings, passages, response.status_code, response.content)
-    return _timed(result, started)
+    with VllmClient(
+        settings.url,
+        timeout_s=settings.timeout_s,
+        api_key=settings.api_key,
+        flag=PRUNER_FLAG,
+        http=client,
+    ) as upstream:
+        try:
+            answer = upstream.chat_response(build_request(settings, question, passages))
+        except UpstreamError as exc:
+            return _timed(_kept_all(passages, "upstream", _clip(str(exc))), started)
+    return _timed(_from_answer(settings, passages, answer), started)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +26,7 @@ from residency.errors import ConfigError, UpstreamError, UpstreamMismatchError
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import hash_token_ids
 from residency.profiles import ModelProfile, model_profile_names, profiles_dir
-from residency.vllm_client import ServedModel
-from residency.warm_session import TTFT_METHOD, SendResult, WarmSession, wait_for_health
+from residency.vllm_client import TTFT_METHOD, SendResult, ServedModel, VllmClient, wait_for_health
 
 # Request shapes the router sends: the question alone, or retrieved chunks in a second system
 # message before it. Their common token prefix is what warm may prefill.
@@ -91,14 +90,9 @@ class WarmTarget:
         return (len(self.prompt_ids) - 1) // self.block_size * self.block_size
 
 
-@contextmanager
-def open_session(options: WarmOptions) -> Iterator[WarmSession]:
-    """A WarmSession closed on exit."""
-    session = WarmSession(options.server, options.request_timeout_s, options.api_key)
-    try:
-        yield session
-    finally:
-        session.close()
+def open_client(options: WarmOptions) -> VllmClient:
+    """The client of `options.server` (one request may take `request_timeout_s`)."""
+    return VllmClient(options.server, timeout_s=options.request_timeout_s, api_key=options.api_key)
 
 
 def model_names(plan_model: str) -> set[str]:
@@ -125,12 +119,10 @@ def served_matches(plan_model: str, served: ServedModel) -> bool:
     return bool(model_names(plan_model) & theirs)
 
 
-def check_server(
-    plan: ResidencyPlan, session: WarmSession, allow_model_mismatch: bool
-) -> WarmTarget:
+def check_server(plan: ResidencyPlan, client: VllmClient, allow_model_mismatch: bool) -> WarmTarget:
     """Refuse a server whose model, tokenizer or max_model_len differ from the plan's."""
-    url, cap, prefix = session.base_url, plan.capacity, plan.prefix
-    served_all = session.client.models()
+    url, cap, prefix = client.base_url, plan.capacity, plan.prefix
+    served_all = client.models()
     served = next((s for s in served_all if served_matches(cap.model, s)), served_all[0])
     warnings: list[str] = []
     if not served_matches(cap.model, served):
@@ -148,7 +140,7 @@ def check_server(
             f"{served.max_model_len}; re-plan with --server {url}, or restart vLLM with "
             f"--max-model-len {cap.max_model_len}"
         )
-    labels = session.client.cache_config_info()
+    labels = client.cache_config_info()
     if labels.get("enable_prefix_caching", "True") == "False":
         raise UpstreamMismatchError(
             f"--server {url} runs with prefix caching off (vllm:cache_config_info "
@@ -161,7 +153,7 @@ def check_server(
             f"block size differs: plan {cap.block_size}, server {block_size} (expected cached "
             "tokens use the server's)"
         )
-    ids = session.client.tokenize(prefix.text, model=served.id)
+    ids = client.tokenize(prefix.text, model=served.id)
     if prefix.hash_of == "token_ids":
         server_hash = hash_token_ids(ids)
         if server_hash != prefix.hash:
@@ -181,7 +173,7 @@ def check_server(
             f"plan has no token hash ({prefix.tokenizer}): tokenizer not verified; the server "
             f"counts {len(ids):,} tokens, the plan {prefix.token_count:,}"
         )
-    prompt = shared_prefix_ids(session, served.id, prefix.text)
+    prompt = shared_prefix_ids(client, served.id, prefix.text)
     length = served.max_model_len or cap.max_model_len
     if len(prompt) >= length:
         raise UpstreamMismatchError(
@@ -197,14 +189,14 @@ def check_server(
     return target
 
 
-def shared_prefix_ids(session: WarmSession, model: str, prefix_text: str) -> list[int]:
+def shared_prefix_ids(client: VllmClient, model: str, prefix_text: str) -> list[int]:
     """The longest common prefix of the rendered request shapes (system = the prefix text)."""
     common: list[int] | None = None
     for i, shape in enumerate(_SHAPES):
         messages = [{"role": "system", "content": prefix_text}]
         messages += [{"role": role, "content": text} for role, text in shape]
         try:
-            ids = session.chat_tokens(model, messages)
+            ids = client.tokenize_chat(model, messages)
         except UpstreamError as exc:
             if i < 2:  # the plain question shape must render
                 raise UpstreamError(
@@ -225,24 +217,24 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> list[int]:
     return list(a[:n])
 
 
-def admit(session: WarmSession, target: WarmTarget, max_sightings: int) -> list[SendResult]:
+def admit(client: VllmClient, target: WarmTarget, max_sightings: int) -> list[SendResult]:
     """Send the prefix until a send hits the expected cached tokens: at most max_sightings + 1."""
     sends: list[SendResult] = []
     for _ in range(max_sightings + 1):
-        sends.append(session.send(target.served_model, target.prompt_ids))
+        sends.append(client.prefill(target.served_model, target.prompt_ids))
         if sends[-1].hit_tokens() >= target.expected_cached_tokens:
             break
     return sends
 
 
 def build_report(
-    session: WarmSession, plan: ResidencyPlan, target: WarmTarget, sends: Sequence[SendResult]
+    client: VllmClient, plan: ResidencyPlan, target: WarmTarget, sends: Sequence[SendResult]
 ) -> WarmReport:
     """The WarmReport of a finished admit()."""
     last = sends[-1]
     resident = last.hit_tokens() >= target.expected_cached_tokens
     return WarmReport(
-        server=session.base_url,
+        server=client.base_url,
         served_model=target.served_model,
         prefix_hash=plan.prefix.hash,
         prefix_tokens=target.prefix_tokens,
@@ -261,8 +253,8 @@ def build_report(
 
 def warm(plan: ResidencyPlan, options: WarmOptions) -> WarmReport:
     """Wait for the server, check it against the plan, prefill and verify the shared prefix."""
-    with open_session(options) as session:
-        wait_for_health(session.client, options.timeout_s)
-        target = check_server(plan, session, options.allow_model_mismatch)
-        sends = admit(session, target, options.max_sightings)
-        return build_report(session, plan, target, sends)
+    with open_client(options) as client:
+        wait_for_health(client, options.timeout_s)
+        target = check_server(plan, client, options.allow_model_mismatch)
+        sends = admit(client, target, options.max_sightings)
+        return build_report(client, plan, target, sends)

@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import ConfigError, UpstreamError, UpstreamMismatchError
 from residency.planning.plan_model import ResidencyPlan
-from residency.warm import WarmOptions, WarmTarget, admit, check_server, open_session
-from residency.warm_session import Backoff, SendResult, WarmSession
+from residency.vllm_client import Backoff, SendResult, VllmClient
+from residency.warm import WarmOptions, WarmTarget, admit, check_server, open_client
 
 EventName = Literal[
     "warm", "miss", "rewarm", "down", "up", "mismatch", "error", "sleeping", "awake", "stop"
@@ -104,12 +104,12 @@ class Watcher:
         plan: ResidencyPlan,
         options: WarmOptions,
         settings: WatchSettings,
-        session: WarmSession,
+        client: VllmClient,
         emit: Callable[[WatchEvent], None],
         metrics: WatchMetrics,
     ) -> None:
         self.plan, self.options, self.settings = plan, options, settings
-        self.session, self.emit, self.metrics = session, emit, metrics
+        self.client, self.emit, self.metrics = client, emit, metrics
         self.target: WarmTarget | None = None
         self.up: bool | None = None
         self.problem: str | None = None
@@ -153,7 +153,7 @@ class Watcher:
                 delay = backoff.next()
             except UpstreamError as exc:
                 self.target = None
-                if not self.session.client.health():
+                if not self.client.health():
                     self._mark_down(str(exc))
                 else:
                     self._problem("error", str(exc))
@@ -170,21 +170,21 @@ class Watcher:
         self.metrics.up.set(0)
         if self.up is not False:
             self.up = False
-            self._event("down", f"{self.session.base_url} is down: {reason}; retrying with backoff")
+            self._event("down", f"{self.client.base_url} is down: {reason}; retrying with backoff")
 
     def step(self) -> float:
         """One probe (or the first warm after start / a restart); the seconds until the next."""
         if self.target is None:
-            if not self.session.client.health():
+            if not self.client.health():
                 self._mark_down("/health does not answer 200")
                 raise _ServerDownError
             if self.up is False:
-                self._event("up", f"{self.session.base_url} answers /health again")
+                self._event("up", f"{self.client.base_url} answers /health again")
             self.up, self.problem = True, None
             self.metrics.up.set(1)
-            target = check_server(self.plan, self.session, self.options.allow_model_mismatch)
+            target = check_server(self.plan, self.client, self.options.allow_model_mismatch)
             self.metrics.expected.set(target.expected_cached_tokens)
-            sends = admit(self.session, target, self.options.max_sightings)
+            sends = admit(self.client, target, self.options.max_sightings)
             self.target = target
             if self.warmed:  # after a restart, a mismatch or an error: the cache starts empty
                 self.metrics.rewarms.inc()
@@ -194,7 +194,7 @@ class Watcher:
         target = self.target
         if self._asleep():
             return self.settings.interval_s
-        probe = self.session.send(target.served_model, target.prompt_ids)
+        probe = self.client.prefill(target.served_model, target.prompt_ids)
         hit = probe.hit_tokens() >= target.expected_cached_tokens
         self.metrics.record_probe(probe, hit)
         if hit:
@@ -208,19 +208,19 @@ class Watcher:
         )
         self.metrics.rewarms.inc()
         # The missed probe was the first sighting; admit() adds at most max_sightings more.
-        more = admit(self.session, target, self.options.max_sightings - 1)
+        more = admit(self.client, target, self.options.max_sightings - 1)
         self._admitted("rewarm", target, [probe, *more])
         return self.settings.interval_s
 
     def _asleep(self) -> bool:
         """True while the server sleeps (a probe would wait for wake-up); logs the changes."""
-        sleeping = self.session.is_sleeping() is True
+        sleeping = self.client.is_sleeping() is True
         if sleeping != self.sleeping:
             self.sleeping = sleeping
             if sleeping:
-                self._event("sleeping", f"{self.session.base_url} is asleep; waiting for wake-up")
+                self._event("sleeping", f"{self.client.base_url} is asleep; waiting for wake-up")
             else:
-                self._event("awake", f"{self.session.base_url} woke up; probing")
+                self._event("awake", f"{self.client.base_url} woke up; probing")
         return sleeping
 
     def _admitted(self, event: EventName, target: WarmTarget, sends: list[SendResult]) -> None:
@@ -266,8 +266,8 @@ def watch(
                 f"{settings.metrics_host}: cannot listen ({exc.strerror})"
             ) from None
     try:
-        with open_session(options) as session:
-            Watcher(plan, options, settings, session, emit, metrics).run(stop)
+        with open_client(options) as client:
+            Watcher(plan, options, settings, client, emit, metrics).run(stop)
     finally:
         if http_server is not None:
             http_server.shutdown()

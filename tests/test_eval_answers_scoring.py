@@ -26,7 +26,6 @@ from residency.eval_answers import (
     summarize,
     summarize_by_type,
 )
-from residency.eval_answers.chat import StreamedAnswer
 from residency.eval_answers.generate import Attempt, parse_retrieved_header
 from residency.eval_answers.reference import (
     is_abstention,
@@ -37,6 +36,7 @@ from residency.eval_answers.reference import (
 from residency.eval_answers.report import build_record, strategy_report
 from residency.eval_answers.run import check_job
 from residency.eval_answers.scoring import diagnose, evidence_share, evidence_visible
+from residency.vllm_client import StreamedAnswer
 
 
 @pytest.mark.parametrize(

@@ -127,9 +127,17 @@ def test_settings_reject(bad: dict[str, Any]) -> None:
 
 def test_api_key_sent_and_not_shown() -> None:
     settings = PrunerSettings(url="http://h", model="m", api_key="sk-secret")
-    assert settings.headers()["Authorization"] == "Bearer sk-secret"
+    sent: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.headers.get("authorization"))
+        return httpx.Response(500, content=b"")
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    for given in (settings, PrunerSettings(url="http://h", model="m")):
+        prune_sync(given, "q", [Passage("a", "text")], client=client)
+    assert sent == ["Bearer sk-secret", None]
     assert "sk-secret" not in repr(settings)
-    assert "Authorization" not in PrunerSettings(url="http://h", model="m").headers()
 
 
 def _reply(n: int, grades: Sequence[int] | None = None) -> dict[str, Any]:

@@ -22,9 +22,9 @@ from residency.serve.prompt import (
     question_of,
 )
 from residency.serve.settings import ServeSettings, is_loopback
-from residency.serve.sse import DONE, EventSplitter, error_event, event_json, usage_of
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, UpstreamPool
+from residency.vllm_client.sse import DONE, EventSplitter, error_event, event_json, usage_of
 
 PREFIX = "instructions\n\n# 参照文書\n\n[id: a] A\ntext\n"
 EMPTY = ContextBlock(period_line=None, passages=())

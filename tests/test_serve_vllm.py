@@ -28,13 +28,13 @@ from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
 
 from residency.coverage_runs import squad_corpus
 from residency.index import IndexOptions, build_index, open_index
-from residency.metrics import parse_prometheus, sum_samples
 from residency.planning.plan_model import ResidencyPlan, read_plan
 from residency.query_log import read_query_log
 from residency.serve.context import ContextBuilder, Retrieval
 from residency.serve.prompt import assemble_messages
 from residency.serve.settings import ServeSettings
 from residency.token_count import LocalTokenCounter
+from residency.vllm_client import parse_prometheus, sum_samples
 
 pytestmark = pytest.mark.vllm
 

@@ -24,11 +24,9 @@ import pytest
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory, free_port
 
 from residency.index import IndexOptions, build_index
-from residency.metrics import parse_prometheus, sum_samples
 from residency.token_count import LocalTokenCounter
-from residency.vllm_client import ServedModel
+from residency.vllm_client import Backoff, ServedModel, parse_prometheus, sum_samples
 from residency.warm import WarmTarget, served_matches
-from residency.warm_session import Backoff
 
 CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
 WARM_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.atomic import write_bytes_atomic
 from residency.machine import MachineInfo
-from residency.warm_session import TTFT_METHOD
+from residency.vllm_client import TTFT_METHOD
 
 CachedSource = Literal["usage", "metrics"]
 

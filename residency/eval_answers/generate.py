@@ -16,34 +16,35 @@ All answers: temperature 0, a fixed max_tokens, streamed (TTFT apart from decode
 from __future__ import annotations
 
 import time
-import urllib.parse
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
-
 from residency.corpus.model import Chunk, Section
 from residency.errors import UpstreamError
-from residency.eval_answers.chat import ChatError, StreamedAnswer, stream_chat
 from residency.eval_answers.records import AnswerQuestion, StrategyName
 from residency.eval_answers.scoring import evidence_visible
 from residency.index import Index
 from residency.planning.prefix import render_passage, render_prefix
 from residency.prompt_language import PromptLanguage
+from residency.serve.headers import parse_retrieved_header, read_route_headers
 from residency.serve.prompt import ContextBlock, assemble_messages
-from residency.vllm_client import VllmClient
+from residency.vllm_client import StreamedAnswer, VllmClient
 
-ROUTE_HEADER = "x-residency-route"
-RETRIEVED_HEADER = "x-residency-retrieved"
+__all__ = ["parse_retrieved_header"]  # read here for the router's answers; tests use it too
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """An OpenAI-compatible base URL and the model name to ask for."""
+    """An OpenAI-compatible server's client and the model name to ask for."""
 
-    base_url: str
+    client: VllmClient
     model: str
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL."""
+        return self.client.base_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class AnswerStrategy(Protocol):
     kind: StrategyName
     k: int | None
 
-    def answer(self, client: httpx.Client, question: AnswerQuestion) -> Attempt:
+    def answer(self, question: AnswerQuestion) -> Attempt:
         """Generate (never raises for one question's failure: `Attempt.error`)."""
         ...
 
@@ -89,11 +90,13 @@ def unique(ids: Sequence[str]) -> tuple[str, ...]:
 
 
 def _stream(
-    client: httpx.Client, base_url: str, payload: dict[str, Any]
+    endpoint: Endpoint, messages: list[dict[str, Any]], max_tokens: int
 ) -> tuple[StreamedAnswer | None, str | None]:
+    """The streamed answer, or why there is none."""
     try:
-        return stream_chat(client, base_url, payload), None
-    except ChatError as exc:
+        payload = answer_payload(endpoint.model, messages, max_tokens)
+        return endpoint.client.stream_chat(payload), None
+    except UpstreamError as exc:
         return None, str(exc)
 
 
@@ -123,11 +126,10 @@ class RagStrategy:
         retrieved = unique([self._index.section_of(h.id) for h in hits])
         return rag_messages(self._index.language, passages, query), retrieved, elapsed
 
-    def answer(self, client: httpx.Client, question: AnswerQuestion) -> Attempt:
+    def answer(self, question: AnswerQuestion) -> Attempt:
         """Retrieve, then stream the answer from the generator."""
         messages, retrieved, retrieval_s = self.messages(question.query)
-        payload = answer_payload(self._generator.model, messages, self._max_tokens)
-        answer, error = _stream(client, self._generator.base_url, payload)
+        answer, error = _stream(self._generator, messages, self._max_tokens)
         visible = evidence_visible(question.relevant_ids, retrieved)
         return Attempt(answer, error, self.kind, retrieved, visible, retrieval_s)
 
@@ -177,23 +179,15 @@ class WholeStrategy:
         self._generator = generator
         self._max_tokens = max_tokens
 
-    def answer(self, client: httpx.Client, question: AnswerQuestion) -> Attempt:
+    def answer(self, question: AnswerQuestion) -> Attempt:
         """Stream the answer with every section in the prompt."""
         messages = [
             {"role": "system", "content": self._system},
             {"role": "user", "content": question.query},
         ]
-        payload = answer_payload(self._generator.model, messages, self._max_tokens)
-        answer, error = _stream(client, self._generator.base_url, payload)
+        answer, error = _stream(self._generator, messages, self._max_tokens)
         visible = evidence_visible(question.relevant_ids, self._section_ids)
         return Attempt(answer, error, self.kind, (), visible, None)
-
-
-def parse_retrieved_header(value: str | None) -> tuple[str, ...]:
-    """Section ids of `X-Residency-Retrieved`: comma-separated, each percent-encoded."""
-    if not value:
-        return ()
-    return tuple(urllib.parse.unquote(part) for part in value.split(",") if part.strip())
 
 
 class ResidencyStrategy:
@@ -216,14 +210,12 @@ class ResidencyStrategy:
             return evidence_visible(relevant_ids, self._resident | set(retrieved))
         return True if evidence_visible(relevant_ids, retrieved) else None
 
-    def answer(self, client: httpx.Client, question: AnswerQuestion) -> Attempt:
+    def answer(self, question: AnswerQuestion) -> Attempt:
         """Stream the router's answer; read its route and retrieved ids from the headers."""
         messages = [{"role": "user", "content": question.query}]
-        payload = answer_payload(self._router.model, messages, self._max_tokens)
-        answer, error = _stream(client, self._router.base_url, payload)
+        answer, error = _stream(self._router, messages, self._max_tokens)
         if answer is None:
             return Attempt(None, error, None, (), None, None)
-        route = answer.headers.get(ROUTE_HEADER) or None
-        retrieved = parse_retrieved_header(answer.headers.get(RETRIEVED_HEADER))
+        route, retrieved = read_route_headers(answer.headers)
         visible = self.visible(question.relevant_ids, retrieved)
         return Attempt(answer, None, route, retrieved, visible, None)

@@ -15,13 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import orjson
 from pydantic import ValidationError
 
-from residency.errors import ResidencyError
-from residency.eval_answers.chat import ChatError, complete_chat
+from residency.errors import ResidencyError, UpstreamError
 from residency.eval_answers.records import Grade
+from residency.vllm_client import VllmClient
 
 DEFAULT_JUDGE_MAX_TOKENS = 64
 JUDGE_INSTRUCTIONS = (
@@ -87,11 +86,16 @@ def parse_grade(text: str | None, finish_reason: str | None) -> Grade:
 
 @dataclass(frozen=True, slots=True)
 class Judge:
-    """A judge endpoint and model, with the token cap of one verdict."""
+    """A judge endpoint's client and model, with the token cap of one verdict."""
 
-    base_url: str
+    client: VllmClient
     model: str
     max_tokens: int = DEFAULT_JUDGE_MAX_TOKENS
+
+    @property
+    def base_url(self) -> str:
+        """The judge server's base URL."""
+        return self.client.base_url
 
     def payload(self, question: str, reference: str, candidate: str) -> dict[str, Any]:
         """The chat request body: temperature 0, strict JSON-schema response format."""
@@ -106,12 +110,10 @@ class Judge:
             },
         }
 
-    def grade(self, client: httpx.Client, question: str, reference: str, candidate: str) -> Grade:
+    def grade(self, question: str, reference: str, candidate: str) -> Grade:
         """Ask for a verdict; `JudgeError` for any reason it cannot be used."""
         try:
-            done = complete_chat(
-                client, self.base_url, self.payload(question, reference, candidate)
-            )
-        except ChatError as exc:
+            done = self.client.complete_chat(self.payload(question, reference, candidate))
+        except UpstreamError as exc:
             raise JudgeError(f"judge request failed: {exc}") from None
         return parse_grade(done.text, done.finish_reason)

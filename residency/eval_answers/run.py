@@ -5,10 +5,10 @@ line, and report the strategies side by side."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import orjson
 
 from residency.atomic import append_line, write_bytes_atomic
@@ -92,16 +92,15 @@ def check_job(job: AnswerEvalJob) -> None:
         raise ConfigError(f"--judge-max-tokens {job.judge_max_tokens}: must be at least 1")
 
 
-def resolve_model(base_url: str, given: str | None, api_key: str | None, flag: str) -> str:
-    """The model to ask for: `given`, else the endpoint's first `/v1/models` entry."""
+def resolve_model(client: VllmClient, given: str | None, flag: str) -> str:
+    """The model to ask for: `given`, else the endpoint's only `/v1/models` entry."""
     if given:
         return given
-    with VllmClient(base_url, api_key=api_key) as client:
-        models = client.models()
+    models = client.models()
     if len(models) > 1:
         raise ConfigError(
-            f"{base_url} serves {len(models)} models ({', '.join(m.id for m in models[:5])}); "
-            f"pick one with {flag}"
+            f"{client.base_url} serves {len(models)} models "
+            f"({', '.join(m.id for m in models[:5])}); pick one with {flag}"
         )
     return models[0].id
 
@@ -122,7 +121,7 @@ class Skipped:
 
 
 def build_strategies(
-    job: AnswerEvalJob, generator: Endpoint | None
+    job: AnswerEvalJob, generator: Endpoint | None, router: VllmClient | None
 ) -> list[AnswerStrategy | Skipped]:
     """The strategies in the order asked, each ready to run or skipped with the reason (whole
     over max_model_len)."""
@@ -135,18 +134,17 @@ def build_strategies(
         elif name == "whole":
             assert generator is not None
             system = whole_text(job.index.sections, job.index.language)
-            with VllmClient(generator.base_url, timeout_s=60.0, api_key=job.api_key) as client:
-                reason = whole_skip_reason(client, generator.model, system, job.max_tokens)
+            reason = whole_skip_reason(generator.client, generator.model, system, job.max_tokens)
             if reason is not None:
                 built.append(Skipped(name, name, reason))
                 continue
             ids = [s.id for s in job.index.sections]
             built.append(WholeStrategy(system, ids, generator, job.max_tokens))
         else:
-            assert job.router is not None
-            model = resolve_model(job.router, job.generator_model, job.api_key, "--generator-model")
-            router = Endpoint(job.router, model)
-            built.append(ResidencyStrategy(router, _resident_ids(job.plan), job.max_tokens))
+            assert router is not None
+            model = resolve_model(router, job.generator_model, "--generator-model")
+            endpoint = Endpoint(router, model)
+            built.append(ResidencyStrategy(endpoint, _resident_ids(job.plan), job.max_tokens))
     return built
 
 
@@ -166,17 +164,16 @@ def _notes(job: AnswerEvalJob) -> list[str]:
 
 
 def grade_answer(
-    client: httpx.Client, judge: Judge, question: AnswerQuestion, answer: str
+    judge: Judge, question: AnswerQuestion, answer: str
 ) -> tuple[Grade | None, str | None]:
     """(grade, None) or (None, why the judge's answer could not be used)."""
     try:
-        return judge.grade(client, question.query, question.answer, answer), None
+        return judge.grade(question.query, question.answer, answer), None
     except JudgeError as exc:
         return None, str(exc)
 
 
 def run_strategy(
-    client: httpx.Client,
     strategy: AnswerStrategy,
     job: AnswerEvalJob,
     judge: Judge | None,
@@ -188,10 +185,10 @@ def run_strategy(
         step = "answer + judge" if judge is not None else "answer"
         progress.start(f"{strategy.name}: {step}", len(job.questions))
     for question in job.questions:
-        attempt = strategy.answer(client, question)
+        attempt = strategy.answer(question)
         grade, judge_error = None, None
         if attempt.answer is not None and judge is not None:
-            grade, judge_error = grade_answer(client, judge, question, attempt.answer.text)
+            grade, judge_error = grade_answer(judge, question, attempt.answer.text)
         record = build_record(
             strategy.name,
             strategy.kind,
@@ -209,50 +206,70 @@ def run_strategy(
     return records
 
 
-def resolve_judge(job: AnswerEvalJob, generator: Endpoint | None) -> Judge | None:
+def resolve_judge(
+    job: AnswerEvalJob, generator: Endpoint | None, client: VllmClient | None
+) -> Judge | None:
     """The LLM judge when --judge is given (its model: --judge-model, the generator's when the
     URL is the generator's, else the server's only model); None: reference scorer only."""
-    if not job.judge:
+    if client is None:
         return None
     if job.judge_model:
         model = job.judge_model
-    elif generator is not None and job.judge == generator.base_url:
+    elif generator is not None and client.base_url == generator.base_url:
         model = generator.model
     else:
-        model = resolve_model(job.judge, None, job.api_key, "--judge-model")
-    return Judge(job.judge, model, job.judge_max_tokens)
+        model = resolve_model(client, None, "--judge-model")
+    return Judge(client, model, job.judge_max_tokens)
 
 
 def run_answer_eval(job: AnswerEvalJob, progress: BuildProgress | None = None) -> AnswerEvalReport:
     """Every strategy on the same questions, scored (and judged); records appended as they come."""
     check_job(job)
-    generator = None
-    if job.generator:
-        model = resolve_model(job.generator, job.generator_model, job.api_key, "--generator-model")
-        generator = Endpoint(job.generator, model)
-    judge = resolve_judge(job, generator)
-    built = build_strategies(job, generator)
+    with ExitStack() as clients:
+
+        def client_for(url: str | None, flag: str) -> VllmClient | None:
+            if not url:
+                return None
+            client = VllmClient(url, timeout_s=job.timeout_s, api_key=job.api_key, flag=flag)
+            return clients.enter_context(client)
+
+        generator = None
+        generator_client = client_for(job.generator, "--generator")
+        if generator_client is not None:
+            model = resolve_model(generator_client, job.generator_model, "--generator-model")
+            generator = Endpoint(generator_client, model)
+        judge = resolve_judge(job, generator, client_for(job.judge, "--judge"))
+        built = build_strategies(job, generator, client_for(job.router, "--router"))
+        return _run_all(job, built, generator, judge, progress)
+
+
+def _run_all(
+    job: AnswerEvalJob,
+    built: list[AnswerStrategy | Skipped],
+    generator: Endpoint | None,
+    judge: Judge | None,
+    progress: BuildProgress | None,
+) -> AnswerEvalReport:
+    """Run the built strategies in turn and assemble the report."""
     if job.records_path is not None:
         write_bytes_atomic(job.records_path, b"")  # this run's records only
-    headers = {"Authorization": f"Bearer {job.api_key}"} if job.api_key else {}
     reports: list[StrategyReport] = []
-    with httpx.Client(timeout=job.timeout_s, headers=headers) as client:
-        for entry in built:
-            if isinstance(entry, Skipped):
-                reports.append(strategy_report(entry.name, entry.kind, [], skipped=entry.reason))
-                continue
-            records = run_strategy(client, entry, job, judge, progress)
-            known = entry.kind != "residency" or job.plan is not None
-            reports.append(
-                strategy_report(
-                    entry.name,
-                    entry.kind,
-                    records,
-                    k=entry.k,
-                    judged=judge is not None,
-                    evidence_known=known,
-                )
+    for entry in built:
+        if isinstance(entry, Skipped):
+            reports.append(strategy_report(entry.name, entry.kind, [], skipped=entry.reason))
+            continue
+        records = run_strategy(entry, job, judge, progress)
+        known = entry.kind != "residency" or job.plan is not None
+        reports.append(
+            strategy_report(
+                entry.name,
+                entry.kind,
+                records,
+                k=entry.k,
+                judged=judge is not None,
+                evidence_known=known,
             )
+        )
     settings = RunSettings(
         questions=str(job.questions_path),
         index_dir=str(job.index.directory),

@@ -29,10 +29,11 @@ from residency.serve.router import Router
 from residency.serve.settings import ServeSettings
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import Upstream, UpstreamPool
+from residency.vllm_client import endpoints
 from residency.warm import WarmOptions, warm
 
 log = logging.getLogger("residency.serve")
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({endpoints.HEALTH})
 
 
 def load_builder(settings: ServeSettings) -> ContextBuilder:
@@ -86,7 +87,12 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
         timeout = httpx.Timeout(settings.request_timeout_s, connect=5.0)
         async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
             pool = UpstreamPool(
-                settings.upstreams, http, metrics, settings.health_interval_s, on_join
+                settings.upstreams,
+                http,
+                metrics,
+                settings.health_interval_s,
+                on_join,
+                api_key=settings.upstream_api_key,
             )
             await anyio.to_thread.run_sync(builder.warm_up)
             router = state["router"] = Router(settings, builder, pool, http, metrics)
@@ -111,11 +117,11 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
         if not ups:
             return unavailable(len(router.pool.upstreams))
         try:
-            response = await router.http.get(f"{ups[0].url}/v1/models", timeout=10.0)
+            answer = await ups[0].client.models_answer(timeout_s=10.0)
         except httpx.HTTPError:
             router.pool.mark_down(ups[0])
             return unavailable(len(router.pool.upstreams))
-        return Response(response.content, response.status_code, media_type="application/json")
+        return Response(answer.content, answer.status_code, media_type="application/json")
 
     async def health(request: Request) -> Response:
         pool = state["router"].pool
@@ -141,11 +147,12 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
 
     app = Starlette(
         routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/models", models, methods=["GET"]),
-            Route("/health", health, methods=["GET"]),
-            Route("/metrics", prometheus, methods=["GET"]),
+            # The paths vLLM serves: the router stands in for it.
+            Route(endpoints.CHAT, chat, methods=["POST"]),
+            Route(endpoints.COMPLETIONS, completions, methods=["POST"]),
+            Route(endpoints.MODELS, models, methods=["GET"]),
+            Route(endpoints.HEALTH, health, methods=["GET"]),
+            Route(endpoints.METRICS, prometheus, methods=["GET"]),
         ],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error, Exception: internal_error},

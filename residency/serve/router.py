@@ -14,10 +14,9 @@ import asyncio
 import datetime as dt
 import logging
 import time
-import urllib.parse
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import httpx
@@ -30,25 +29,19 @@ from residency.errors import ConfigError
 from residency.query_log import QueryLogWriter
 from residency.serve.context import ContextBuilder, RequestContext
 from residency.serve.errors import bad_request, error_response, unavailable
+from residency.serve.headers import route_headers
 from residency.serve.prompt import assemble_messages, question_of
 from residency.serve.record import Outcome, RouterLogRecord
 from residency.serve.settings import ServeSettings
-from residency.serve.sse import DONE, EventSplitter, error_event, usage_of
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, Upstream, UpstreamPool
+from residency.vllm_client import RefusedError, Usage
+from residency.vllm_client.endpoints import Generation
+from residency.vllm_client.sse import DONE, EventSplitter, error_event, usage_of
 
 log = logging.getLogger("residency.serve")
-Endpoint = Literal["chat", "completions"]
-_PATHS: dict[Endpoint, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+Endpoint = Generation
 _RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
-
-
-class UpstreamAnswerError(Exception):
-    """vLLM answered a preparatory call (e.g. /tokenize) with an error to pass on as is."""
-
-    def __init__(self, response: Response) -> None:
-        super().__init__(response.status_code)
-        self.response = response
 
 
 @dataclass(slots=True)
@@ -68,8 +61,7 @@ class Exchange:
 
     def headers(self) -> dict[str, str]:
         """What the router tells the client about its choice (ids only, no addresses)."""
-        retrieved = ",".join(urllib.parse.quote(s, safe="") for s in self.ctx.section_ids)
-        return {"X-Residency-Route": self.ctx.retrieval.route, "X-Residency-Retrieved": retrieved}
+        return route_headers(self.ctx.retrieval.route, self.ctx.section_ids)
 
 
 class Router:
@@ -91,9 +83,6 @@ class Router:
         self.prefix_text = builder.plan.prefix.text
         self.log: QueryLogWriter | None = QueryLogWriter(settings.log) if settings.log else None
         self._limiter = anyio.CapacityLimiter(2)
-        self._upstream_headers = {"Content-Type": "application/json"}
-        if settings.upstream_api_key:
-            self._upstream_headers["Authorization"] = f"Bearer {settings.upstream_api_key}"
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
@@ -142,9 +131,13 @@ class Router:
             except _RETRYABLE:  # nothing reached vLLM: try the next upstream
                 self.pool.mark_down(up)
                 tried.append(up)
-            except UpstreamAnswerError as answer:  # vLLM refused the request itself (e.g. 400)
+            except RefusedError as refused:  # vLLM refused the request itself (e.g. 400)
                 ex.upstream = up
-                return self._finish_error(ex, answer.response, "client_error")
+                answer = refused.answer
+                response = Response(
+                    answer.content, answer.status_code, media_type="application/json"
+                )
+                return self._finish_error(ex, response, "client_error")
             except httpx.TimeoutException:
                 ex.upstream = up
                 message = "the model server did not answer within --request-timeout"
@@ -167,33 +160,20 @@ class Router:
         else:
             # Completions take raw text; render the same chat shape (and so the same cached
             # prefix) through the upstream's own template and send its token ids.
-            tok = await self.http.post(
-                f"{up.url}/tokenize",
-                content=orjson.dumps(
-                    {"model": out["model"], "messages": assembled, "add_generation_prompt": True}
-                ),
-                headers=self._upstream_headers,
-            )
-            if tok.status_code != 200:
-                raise UpstreamAnswerError(
-                    Response(tok.content, tok.status_code, media_type="application/json")
-                )
-            out["prompt"] = tok.json()["tokens"]
+            out["prompt"] = await up.client.tokenize_chat(out["model"], assembled)
         return orjson.dumps(out)
 
     def _send(
         self, ex: Exchange, up: Upstream, endpoint: Endpoint, payload: bytes
     ) -> httpx.Request:
         ex.forward_s = time.perf_counter() - ex.started
-        return self.http.build_request(
-            "POST", f"{up.url}{_PATHS[endpoint]}", content=payload, headers=self._upstream_headers
-        )
+        return up.client.request(endpoint, payload)
 
     async def _unary(
         self, request: Request, ex: Exchange, up: Upstream, payload: bytes
     ) -> Response:
         async with self.pool.lease(up):
-            task = asyncio.ensure_future(self.http.send(self._send(ex, up, ex.endpoint, payload)))
+            task = asyncio.ensure_future(up.client.send(self._send(ex, up, ex.endpoint, payload)))
             gone = asyncio.ensure_future(_wait_disconnect(request))
             done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
             if task not in done:
@@ -224,7 +204,7 @@ class Router:
     ) -> Response:
         await self.pool.acquire(up)
         try:
-            response = await self.http.send(self._send(ex, up, ex.endpoint, payload), stream=True)
+            response = await up.client.send(self._send(ex, up, ex.endpoint, payload), stream=True)
         except BaseException:
             self.pool.release(up)
             raise
@@ -293,11 +273,9 @@ class Router:
         route = ex.ctx.retrieval.route
         status = ex.outcome
         self.metrics.requests.labels(ex.endpoint, route, status).inc()
-        usage = ex.usage or {}
-        prompt_tokens = usage.get("prompt_tokens")
-        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-        if isinstance(prompt_tokens, int):
-            self.metrics.record_usage(route, prompt_tokens, cached)
+        usage = Usage.of(ex.usage)
+        if usage.prompt_tokens is not None:
+            self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens)
         if ex.ttft_s is not None and ex.outcome == "ok":
             self.metrics.ttft.labels(ex.endpoint, route).observe(ex.ttft_s)
         if ex.forward_s is not None:
@@ -320,9 +298,9 @@ class Router:
             upstream=ex.upstream.label if ex.upstream is not None else None,
             outcome=ex.outcome,
             status_code=ex.status_code,
-            prompt_tokens=prompt_tokens if isinstance(prompt_tokens, int) else None,
-            cached_tokens=cached if isinstance(cached, int) else None,
-            completion_tokens=usage.get("completion_tokens"),
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=usage.cached_tokens,
+            completion_tokens=usage.completion_tokens,
             retrieval_ms=r.retrieval_s * 1000,
             prune_ms=prune.elapsed_s * 1000 if prune is not None else None,
             forward_ms=ex.forward_s * 1000 if ex.forward_s is not None else None,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from residency.serve.telemetry import RouterMetrics
+from residency.vllm_client import AsyncVllmClient
 
 log = logging.getLogger("residency.serve")
 
@@ -23,12 +24,17 @@ class Upstream:
     """One vLLM server and what the router knows about it."""
 
     position: int
-    url: str
+    client: AsyncVllmClient
     healthy: bool = False
     outstanding: int = 0
     model: str | None = None
     excluded: str | None = None  # why it is out of rotation for good (e.g. another model)
     served: int = field(default=0)
+
+    @property
+    def url(self) -> str:
+        """Its base URL (no trailing /v1): for the router's own logs only."""
+        return self.client.base_url
 
     @property
     def label(self) -> str:
@@ -55,11 +61,11 @@ class UpstreamPool:
         metrics: RouterMetrics,
         interval_s: float,
         on_join: JoinHook | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.upstreams = [
-            Upstream(i, u.rstrip("/").removesuffix("/v1")) for i, u in enumerate(urls)
+            Upstream(i, AsyncVllmClient(u, http, api_key=api_key)) for i, u in enumerate(urls)
         ]
-        self._http = http
         self._metrics = metrics
         self._interval_s = interval_s
         self._on_join = on_join
@@ -90,10 +96,7 @@ class UpstreamPool:
         """Probe /health; a server that comes (back) up re-joins: model read, then warmed."""
         if up.position in self._joining:
             return
-        try:
-            ok = (await self._http.get(f"{up.url}/health", timeout=5.0)).status_code == 200
-        except httpx.HTTPError:
-            ok = False
+        ok = await up.client.health(timeout_s=5.0)
         if ok and not up.healthy:
             self._joining.add(up.position)
             try:
@@ -105,10 +108,8 @@ class UpstreamPool:
         self._set_health(up, ok)
 
     async def _join(self, up: Upstream) -> bool:
-        try:
-            body = (await self._http.get(f"{up.url}/v1/models", timeout=10.0)).json()
-            up.model = str(body["data"][0]["id"])
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        up.model = await up.client.first_model(timeout_s=10.0)
+        if up.model is None:
             return False
         if self._on_join is not None:
             return await self._on_join(up)

@@ -1,4 +1,4 @@
-"""Parse the Prometheus text exposition format that vLLM's `/metrics` serves."""
+"""Parse the Prometheus text exposition format that vLLM's `/metrics` serves (and the router's)."""
 
 from __future__ import annotations
 

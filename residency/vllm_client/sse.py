@@ -1,13 +1,16 @@
-"""Server-sent events as vLLM streams them: split a byte stream into whole events and read the
-usage chunk, passing every other event through byte for byte."""
+"""Server-sent events as vLLM streams them, the one parser for every reader: split a byte stream
+into whole events, read an event's data, its JSON and its usage chunk. The router passes events
+through byte for byte; the sync readers (warm, eval, demo) decode them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 
 DONE = b"data: [DONE]\n\n"
+DONE_DATA = b"[DONE]"
 
 
 class EventSplitter:
@@ -32,13 +35,34 @@ class EventSplitter:
         return self._buffer
 
 
+def event_data(event: bytes) -> bytes | None:
+    """The data of one event (its 'data:' lines joined by newlines); None when it has none
+    (a comment or another field only)."""
+    lines = [
+        line[5:].removeprefix(b" ")
+        for line in event.strip(b"\n").split(b"\n")
+        if line.startswith(b"data:")
+    ]
+    return b"\n".join(lines) if lines else None
+
+
+def data_events(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The data of every event of a byte stream, in order ([DONE] included)."""
+    splitter = EventSplitter()
+    for chunk in chunks:
+        for event in splitter.feed(chunk):
+            data = event_data(event)
+            if data is not None:
+                yield data
+    tail = splitter.rest().strip()
+    if tail and (data := event_data(tail)) is not None:  # a last event without its blank line
+        yield data
+
+
 def event_json(event: bytes) -> dict[str, Any] | None:
     """The JSON object of a 'data: {...}' event, None for [DONE], comments or non-JSON."""
-    line = event.strip()
-    if not line.startswith(b"data:"):
-        return None
-    payload = line[5:].strip()
-    if not payload.startswith(b"{"):
+    payload = event_data(event)
+    if payload is None or not payload.strip().startswith(b"{"):
         return None
     try:
         value = orjson.loads(payload)
