@@ -22,7 +22,7 @@ import pytest
 
 from residency.corpus.squad import import_squad
 from residency.index import IndexManifest, IndexOptions, build_index
-from residency.token_count import ApproxTokenCounter
+from residency.tokenizer import ApproxTokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = REPO_ROOT / "corpora/harbor-lights/docs"
@@ -61,7 +61,7 @@ def test_index_sample_corpus_bm25_only(benchmark: Any, tmp_path: Path) -> None:
     options = IndexOptions(dense=False)
     manifest = benchmark.pedantic(
         build_index,
-        args=(SAMPLE, tmp_path / "idx", options, ApproxTokenCounter()),
+        args=(SAMPLE, tmp_path / "idx", options, ApproxTokenizer()),
         rounds=5,
         iterations=1,
     )
@@ -72,10 +72,10 @@ def test_index_sample_corpus_bm25_only(benchmark: Any, tmp_path: Path) -> None:
 @needs_sample
 def test_reindex_unchanged_sample_corpus_dense(benchmark: Any) -> None:
     target = INDEX_CACHE / "sample-dense"
-    build_index(SAMPLE, target, IndexOptions(), ApproxTokenCounter())  # warm: embeds what changed
+    build_index(SAMPLE, target, IndexOptions(), ApproxTokenizer())  # warm: embeds what changed
     manifest = benchmark.pedantic(
         build_index,
-        args=(SAMPLE, target, IndexOptions(), ApproxTokenCounter()),
+        args=(SAMPLE, target, IndexOptions(), ApproxTokenizer()),
         rounds=3,
         iterations=1,
     )
@@ -89,7 +89,7 @@ def test_index_jsquad_bm25_only(benchmark: Any, jsquad_docs: Path, tmp_path: Pat
     options = IndexOptions(dense=False)
     manifest = benchmark.pedantic(
         build_index,
-        args=(jsquad_docs, tmp_path / "idx", options, ApproxTokenCounter()),
+        args=(jsquad_docs, tmp_path / "idx", options, ApproxTokenizer()),
         rounds=3,
         iterations=1,
     )
@@ -102,7 +102,7 @@ def test_index_jsquad_bm25_only(benchmark: Any, jsquad_docs: Path, tmp_path: Pat
 def test_index_jsquad_dense_cold(benchmark: Any, jsquad_docs: Path, tmp_path: Path) -> None:
     def cold_build() -> IndexManifest:
         shutil.rmtree(tmp_path / "idx", ignore_errors=True)
-        return build_index(jsquad_docs, tmp_path / "idx", IndexOptions(), ApproxTokenCounter())
+        return build_index(jsquad_docs, tmp_path / "idx", IndexOptions(), ApproxTokenizer())
 
     manifest = benchmark.pedantic(cold_build, rounds=1, iterations=1)
     record(benchmark, manifest)

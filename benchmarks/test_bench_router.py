@@ -35,7 +35,7 @@ from residency.serve.context import ContextBuilder
 from residency.serve.prompt import assemble_messages
 from residency.serve.settings import ServeSettings
 from residency.tiny_model import DENSE_SPEC, build_tiny_model, ensure_tokenizer
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the server harnesses live beside the tests
@@ -64,7 +64,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tokenizer = ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
     model = build_tiny_model(DENSE_SPEC, MODEL_CACHE / "dense", tokenizer)
     index_dir = tmp / "index"
-    build_index(CORPUS, index_dir, IndexOptions(dense=False), LocalTokenCounter(tokenizer), None)
+    build_index(CORPUS, index_dir, IndexOptions(dense=False), LocalTokenizer(tokenizer), None)
     server = VllmServer(model, log_path=tmp / "vllm.log", extra_args=SERVER_ARGS).start()
     try:
         plan_path = tmp / "plan.json"

@@ -38,7 +38,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from residency.index import IndexOptions, build_index
 from residency.planning.plan_model import read_plan
 from residency.tiny_model import DENSE_SPEC, HYBRID_SPEC, build_tiny_model, ensure_tokenizer
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 from residency.warm import WarmOptions, WarmReport, warm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def bm25_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A BM25-only index of the sample corpus."""
     tokenizer = ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
     index_dir = tmp_path_factory.mktemp("bench-warm") / "index"
-    build_index(CORPUS, index_dir, IndexOptions(dense=False), LocalTokenCounter(tokenizer), None)
+    build_index(CORPUS, index_dir, IndexOptions(dense=False), LocalTokenizer(tokenizer), None)
     return index_dir
 
 

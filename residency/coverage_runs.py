@@ -28,12 +28,11 @@ from residency.index import BuildProgress, Index, IndexOptions, build_index, ope
 from residency.index.manifest import MANIFEST_FILE, read_manifest
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, LogSummary, Strategy, read_plan
-from residency.planning.prefix import ApproxPrefixEncoder, LocalPrefixEncoder, PrefixEncoder
 from residency.planning.run import CACHE_DIR, REPO_ROOT
 from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 from residency.tiny_model import ensure_tokenizer
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
 from residency.traffic import TrafficOptions, simulate_traffic
 
 COVERAGE_CACHE = CACHE_DIR / "coverage"
@@ -55,25 +54,21 @@ def check_routing(k: int, margin: int, hedge: int, prefetch: int) -> None:
         raise ConfigError(f"--prefetch {prefetch} is below --k {k}: rank at least k chunks")
 
 
-def _encoder_for_plan(
-    tokenizer: str, index: Index, tokenizer_dir: Path | None, notes: list[str]
-) -> PrefixEncoder:
-    """The plan's local tokenizer, else the index's, else the labelled approximation."""
+def _tokenizer_for_plan(
+    label: str, index: Index, tokenizer_dir: Path | None, notes: list[str]
+) -> ModelTokenizer:
+    """--tokenizer-dir, else the plan's local tokenizer, else the index's, else the labelled
+    approximation."""
     if tokenizer_dir is not None:
-        return LocalPrefixEncoder(tokenizer_dir)
-    candidates = []
-    if tokenizer.startswith("tokenizer:"):
-        candidates.append(Path(tokenizer.removeprefix("tokenizer:")))
-    if index.manifest.token_count.method == "tokenizer":
-        candidates.append(Path(index.manifest.token_count.name))
-    for path in candidates:
-        if (path / "tokenizer.json").is_file():
-            return LocalPrefixEncoder(path)
+        return LocalTokenizer(tokenizer_dir)
+    found = reopen_tokenizer(label, index.manifest.token_count, server=False)
+    if found is not None:
+        return found
     notes.append(
-        f"added tokens are approximate: the plan's tokenizer ({tokenizer}) is not a local "
+        f"added tokens are approximate: the plan's tokenizer ({label}) is not a local "
         "directory here; pass --tokenizer-dir"
     )
-    return ApproxPrefixEncoder()
+    return ApproxTokenizer()
 
 
 def evaluate_plan_file(
@@ -112,7 +107,7 @@ def evaluate_plan_file(
             "since: re-plan against it"
         )
     notes: list[str] = []
-    encoder = _encoder_for_plan(plan.prefix.tokenizer, index, tokenizer_dir, notes)
+    encoder = _tokenizer_for_plan(plan.prefix.tokenizer, index, tokenizer_dir, notes)
     questions = load_questions(questions_path)
     if progress is not None:
         progress.start("ranking questions", len({q.query for q in questions if q.relevant_ids}))
@@ -175,7 +170,7 @@ def squad_corpus(squad_file: Path, cache_dir: Path) -> Path:
 
 
 def squad_index(
-    docs: Path, index_dir: Path, dense: bool, counter: LocalTokenCounter, progress: BuildProgress
+    docs: Path, index_dir: Path, dense: bool, counter: LocalTokenizer, progress: BuildProgress
 ) -> tuple[Index, bool]:
     """Open the index of `docs` at `index_dir` if it was built the same way, else (re)build it."""
     if (index_dir / MANIFEST_FILE).is_file():
@@ -209,13 +204,13 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
     default_dir = corpus.parent / ("index-dense" if job.dense else "index-bm25")
     index_dir = job.index_dir or default_dir
     index, reused = squad_index(
-        corpus / "docs", index_dir, job.dense, LocalTokenCounter(tokenizer_dir), progress
+        corpus / "docs", index_dir, job.dense, LocalTokenizer(tokenizer_dir), progress
     )
     traffic = simulate_traffic(load_questions(corpus / "qa.jsonl"), job.traffic)
     progress.start("attributing the log", 1)
     mass = log_mass(index, traffic.log, job.depth)
     progress.advance(1)
-    encoder = LocalPrefixEncoder(tokenizer_dir)
+    encoder = LocalTokenizer(tokenizer_dir)
     capacity = simulation_capacity(job.budget_tokens)
     summary = LogSummary(
         path=None,

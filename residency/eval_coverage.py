@@ -41,9 +41,10 @@ from residency.corpus.model import Chunk, Section
 from residency.eval_retrieval import UNTYPED, Question
 from residency.index import Index, manifest_hash
 from residency.planning.plan_model import ResidencyPlan
-from residency.planning.prefix import PrefixEncoder, render_section
+from residency.planning.prefix import render_section
 from residency.retrieval import FusedHit
 from residency.routing import DEFAULT_HEDGE, DEFAULT_MARGIN, Route, decide_route
+from residency.tokenizer import ModelTokenizer
 from residency.traffic import TrafficStats
 
 DEFAULT_PREFETCH = 40
@@ -98,7 +99,7 @@ def render_chunk(section: Section, chunk: Chunk) -> str:
     return render_section(section.model_copy(update={"text": chunk.text}))
 
 
-def chunk_token_counts(index: Index, encoder: PrefixEncoder) -> dict[str, int]:
+def chunk_token_counts(index: Index, encoder: ModelTokenizer) -> dict[str, int]:
     """Prompt tokens each chunk adds when retrieved (rendered, plus 1 for the separator)."""
     return {
         c.id: encoder.count(render_chunk(index.section(c.section_id), c)) + 1 for c in index.chunks
@@ -288,7 +289,7 @@ def evaluate_coverage(
     index: Index,
     questions: Sequence[Question],
     resident_sets: Sequence[ResidentSet],
-    encoder: PrefixEncoder,
+    encoder: ModelTokenizer,
     *,
     source: str,
     margin: int = DEFAULT_MARGIN,

@@ -32,7 +32,7 @@ from residency.planning.run import CACHE_DIR, REPO_ROOT, sample_index
 from residency.pruner import PRUNER_FLAG, Passage, PruneResult, PrunerSettings, keep_ids, prune_sync
 from residency.routing import DEFAULT_K
 from residency.tiny_model import STAMP_FILE, ensure_tokenizer
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 
 DEFAULT_PRUNE_K = DEFAULT_K  # the router's long-tail k
@@ -293,7 +293,7 @@ def _squad_questions(
         corpus / "docs",
         corpus.parent / "index-bm25",
         False,
-        LocalTokenCounter(tokenizer_dir),
+        LocalTokenizer(tokenizer_dir),
         progress,
     )
     note = f"index {'reused' if reused else 'built'}: {index.directory} (BM25-only)"

@@ -24,7 +24,7 @@ from residency.bench import (
 from residency.bench.report import percentile
 from residency.bench.ttft import salted
 from residency.index import IndexOptions, build_index
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 
 CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
 QUESTIONS = REPO_ROOT / "corpora" / "harbor-lights" / "qa.jsonl"
@@ -126,7 +126,7 @@ def dense_plan(
     """`residency plan --server URL` over a BM25-only index of the sample corpus."""
     work = tmp_path_factory.mktemp("bench-plan")
     tokenizer = tiny_tokenizer_dir
-    build_index(CORPUS, work / "index", IndexOptions(dense=False), LocalTokenCounter(tokenizer))
+    build_index(CORPUS, work / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer))
     done = subprocess.run(
         [
             *(sys.executable, "-m", "residency", "plan", "--server", vllm_dense_server.base_url),

@@ -12,11 +12,11 @@ from vllm_server import VllmServer
 
 from residency.corpus.loader import load_corpus, slugify
 from residency.errors import ConfigError, CorpusError
-from residency.token_count import (
-    ApproxTokenCounter,
-    LocalTokenCounter,
-    ServerTokenCounter,
-    get_token_counter,
+from residency.tokenizer import (
+    ApproxTokenizer,
+    LocalTokenizer,
+    ServerTokenizer,
+    open_tokenizer,
 )
 
 MANUAL = """\
@@ -108,7 +108,7 @@ def test_slugify(heading: str, slug: str) -> None:
 
 
 def test_markdown_sections_ids_titles_and_lines(corpus: Path) -> None:
-    loaded = load_corpus(corpus, ApproxTokenCounter())
+    loaded = load_corpus(corpus, ApproxTokenizer())
     md = [s for s in loaded.sections if s.file == "manual/operations.md"]
     assert [(s.id, s.title, s.line) for s in md] == [
         ("manual/operations#_preamble", "", 1),
@@ -133,7 +133,7 @@ def test_markdown_sections_ids_titles_and_lines(corpus: Path) -> None:
 
 
 def test_txt_paragraphs_and_jsonl_records(corpus: Path) -> None:
-    loaded = load_corpus(corpus, ApproxTokenCounter())
+    loaded = load_corpus(corpus, ApproxTokenizer())
     by_id = {s.id: s for s in loaded.sections}
     assert by_id["notes/log#p1"].text == "一段落目の\n二行目。"
     assert by_id["notes/log#p2"].line == 5
@@ -153,13 +153,13 @@ def test_txt_paragraphs_and_jsonl_records(corpus: Path) -> None:
 
 
 def test_ids_are_stable_across_reloads_and_unrelated_edits(corpus: Path) -> None:
-    first = load_corpus(corpus, ApproxTokenCounter())
-    again = load_corpus(corpus, ApproxTokenCounter())
+    first = load_corpus(corpus, ApproxTokenizer())
+    again = load_corpus(corpus, ApproxTokenizer())
     assert [s.id for s in first.sections] == [s.id for s in again.sections]
     assert first.corpus_hash == again.corpus_hash
     path = corpus / "manual/operations.md"
     path.write_text(MANUAL.replace("毎日点検する。", "毎日、朝に点検する。"), encoding="utf-8")
-    edited = load_corpus(corpus, ApproxTokenCounter())
+    edited = load_corpus(corpus, ApproxTokenizer())
     assert [s.id for s in edited.sections] == [s.id for s in first.sections]
     assert edited.corpus_hash != first.corpus_hash
     changed = {f.path for f in edited.files} - {
@@ -207,7 +207,7 @@ def test_bad_inputs_are_skipped_with_file_line_and_reason(
     corpus: Path, rel: str, content: str | bytes, line: int, fragment: str
 ) -> None:
     write(corpus, rel, content)
-    loaded = load_corpus(corpus, ApproxTokenCounter())
+    loaded = load_corpus(corpus, ApproxTokenizer())
     assert len(loaded.skipped) == 1
     skipped = loaded.skipped[0]
     assert (skipped.file, skipped.line) == (rel, line)
@@ -219,7 +219,7 @@ def test_bad_inputs_are_skipped_with_file_line_and_reason(
 def test_duplicate_ids_keep_the_first_and_name_it(corpus: Path) -> None:
     write(corpus, "z.jsonl", jsonl({"id": "note-1", "text": "二番目"}))
     write(corpus, "dup.md", "# A {#same}\n\n本文1\n\n# B {#same}\n\n本文2\n")
-    loaded = load_corpus(corpus, ApproxTokenCounter())
+    loaded = load_corpus(corpus, ApproxTokenizer())
     reasons = {(s.file, s.line): s.reason for s in loaded.skipped}
     assert reasons == {
         ("z.jsonl", 1): "duplicate section id 'note-1' (first at notes/maintenance.jsonl:1)",
@@ -231,7 +231,7 @@ def test_duplicate_ids_keep_the_first_and_name_it(corpus: Path) -> None:
 def test_hidden_files_are_not_corpus(corpus: Path) -> None:
     write(corpus, ".git/config", "[core]")
     write(corpus, ".DS_Store", b"\x00\x01")
-    loaded = load_corpus(corpus, ApproxTokenCounter())
+    loaded = load_corpus(corpus, ApproxTokenizer())
     assert not any(f.path.startswith(".") for f in loaded.files)
     assert loaded.skipped == ()
 
@@ -247,18 +247,19 @@ def test_a_corpus_without_sections_is_an_error(tmp_path: Path, files: dict[str, 
     for rel, content in files.items():
         write(tmp_path, rel, content)
     with pytest.raises(CorpusError, match="has no sections"):
-        load_corpus(tmp_path, ApproxTokenCounter())
+        load_corpus(tmp_path, ApproxTokenizer())
 
 
 def test_missing_corpus_dir_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
-        load_corpus(tmp_path / "nope", ApproxTokenCounter())
+        load_corpus(tmp_path / "nope", ApproxTokenizer())
 
 
 def test_approx_counts_are_utf8_bytes_over_3_and_labelled(corpus: Path) -> None:
-    counter = ApproxTokenCounter()
-    assert counter.count(["点検した。", "abcd", ""]) == [5, 2, 0]  # 15 bytes, 4 bytes, 0
+    counter = ApproxTokenizer()
+    assert counter.count_batch(["点検した。", "abcd", ""]) == [5, 2, 0]  # 15 bytes, 4 bytes, 0
     assert counter.info.method == "approx"
+    assert counter.encode("点検した。") is None  # no ids without a tokenizer
     loaded = load_corpus(corpus, counter)
     note = next(s for s in loaded.sections if s.id == "note-1")
     assert note.token_count == 5
@@ -277,9 +278,10 @@ def word_tokenizer_dir(tmp_path: Path) -> Path:
 
 
 def test_local_tokenizer_counts_with_tokenizer_json(word_tokenizer_dir: Path) -> None:
-    counter = get_token_counter(word_tokenizer_dir, None)
-    assert isinstance(counter, LocalTokenCounter)
-    assert counter.count(["灯台 の 点検", "未知 の 語 です", ""]) == [3, 4, 0]
+    counter = open_tokenizer(word_tokenizer_dir, None)
+    assert isinstance(counter, LocalTokenizer)
+    assert counter.count_batch(["灯台 の 点検", "未知 の 語 です", ""]) == [3, 4, 0]
+    assert counter.encode("灯台 の 点検") == [1, 2, 3]
     assert counter.info.method == "tokenizer"
     assert len(counter.info.fingerprint or "") == 64
 
@@ -296,7 +298,7 @@ def test_token_counter_flag_errors(
 ) -> None:
     (tmp_path / tokenizer_dir).mkdir()
     with pytest.raises(ConfigError, match=fragment):
-        get_token_counter(tmp_path / tokenizer_dir, server)
+        open_tokenizer(tmp_path / tokenizer_dir, server)
 
 
 @pytest.mark.vllm
@@ -304,9 +306,11 @@ def test_server_counts_equal_the_local_tokenizer(
     vllm_dense_server: VllmServer, dense_model_dir: Path
 ) -> None:
     texts = ["神崎灯台の主灯断の警報が出ました。", "LED lantern LX-300", "灯"]
-    server = ServerTokenCounter(vllm_dense_server.base_url)
+    server = ServerTokenizer(vllm_dense_server.base_url)
     try:
-        assert server.count(texts) == LocalTokenCounter(dense_model_dir).count(texts)
+        local = LocalTokenizer(dense_model_dir)
+        assert server.count_batch(texts) == local.count_batch(texts)
+        assert [server.encode(t) for t in texts] == [local.encode(t) for t in texts]
         assert server.info.method == "server"
     finally:
         server.close()

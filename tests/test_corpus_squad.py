@@ -10,7 +10,7 @@ import pytest
 from residency.corpus.loader import load_corpus
 from residency.corpus.squad import import_squad, split_context
 from residency.errors import ConfigError, CorpusError
-from residency.token_count import ApproxTokenCounter
+from residency.tokenizer import ApproxTokenizer
 
 JSQUAD = Path(__file__).resolve().parents[2] / "shared/data/jsquad/valid-v1.3.json"
 
@@ -111,7 +111,7 @@ def test_import_writes_a_corpus_and_questions(squad_file: Path, tmp_path: Path) 
     assert provenance["source_file"] == str(squad_file.resolve())
     assert len(provenance["source_sha256"]) == 64
     # the written corpus loads cleanly, with the ids the questions point at
-    corpus = load_corpus(out / "docs", ApproxTokenCounter())
+    corpus = load_corpus(out / "docs", ApproxTokenizer())
     assert corpus.skipped == ()
     assert {s.id for s in corpus.sections} >= {"梅雨-p1", "梅雨-2-p1", "google-検索-p1"}
 

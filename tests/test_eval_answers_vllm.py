@@ -23,7 +23,7 @@ from vllm_server import REPO_ROOT, VllmServer
 from residency.cli.eval_answers import answers
 from residency.eval_answers import AnswerEvalReport, AnswerRecord, judge_verdict, summarize
 from residency.index import IndexOptions, build_index
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 
 pytestmark = pytest.mark.vllm
 
@@ -58,7 +58,7 @@ def small_index(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Pa
         (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(CORPUS / "docs" / rel, corpus / rel)
     index_dir = root / "index"
-    build_index(corpus, index_dir, IndexOptions(dense=False), LocalTokenCounter(tiny_tokenizer_dir))
+    build_index(corpus, index_dir, IndexOptions(dense=False), LocalTokenizer(tiny_tokenizer_dir))
     return index_dir
 
 

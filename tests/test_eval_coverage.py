@@ -21,10 +21,9 @@ from residency.eval_retrieval import Question
 from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
-from residency.planning.prefix import LocalPrefixEncoder
 from residency.query_log import LogEntry
 from residency.routing import DEFAULT_K, decide_route
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 
 SECTIONS = {
     "alarm": ("警報", "警報が鳴ったら当番は十五分以内に監視室へ連絡し、主灯の状態を確認する。"),
@@ -70,7 +69,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Pat
     ]
     qa.append(orjson.dumps(UNKNOWN.model_dump()))
     (root / "qa.jsonl").write_bytes(b"\n".join(qa) + b"\n")
-    counter = LocalTokenCounter(tokenizer_dir)
+    counter = LocalTokenizer(tokenizer_dir)
     build_index(root / "docs", root / "index", IndexOptions(dense=False), counter)
     return root
 
@@ -81,8 +80,8 @@ def index(corpus: Path) -> Index:
 
 
 @pytest.fixture(scope="module")
-def encoder(tokenizer_dir: Path) -> LocalPrefixEncoder:
-    return LocalPrefixEncoder(tokenizer_dir)
+def encoder(tokenizer_dir: Path) -> LocalTokenizer:
+    return LocalTokenizer(tokenizer_dir)
 
 
 def questions() -> list[Question]:
@@ -90,7 +89,7 @@ def questions() -> list[Question]:
     return [*qs, UNKNOWN]
 
 
-def chunk_tokens(index: Index, encoder: LocalPrefixEncoder, chunk_id: str) -> int:
+def chunk_tokens(index: Index, encoder: LocalTokenizer, chunk_id: str) -> int:
     """Tokens a retrieved chunk adds, written out by hand: header line, text, separator."""
     sid = chunk_id.split("::")[0]
     chunk = next(c for c in index.chunks if c.id == chunk_id)
@@ -168,7 +167,7 @@ CASES = [
 @pytest.mark.parametrize(("resident", "k", "margin", "hedge", "expected"), CASES)
 def test_coverage_hand_computed(
     index: Index,
-    encoder: LocalPrefixEncoder,
+    encoder: LocalTokenizer,
     resident: frozenset[str],
     k: int,
     margin: int,
@@ -197,7 +196,7 @@ def test_coverage_hand_computed(
     assert m.mean_added_tokens == pytest.approx(tokens / n)
 
 
-def test_coverage_per_question_type(index: Index, encoder: LocalPrefixEncoder) -> None:
+def test_coverage_per_question_type(index: Index, encoder: LocalTokenizer) -> None:
     rows = [ResidentSet("case", "planner", RESIDENT, 0, 0, 1)]
     report = evaluate_coverage(index, questions(), rows, encoder, source="test", margin=0, hedge=0)
     by_type = report.results[0].by_type
@@ -231,7 +230,7 @@ def test_a_section_is_visible_when_any_of_its_chunks_is(
 
 
 def test_unknown_gold_ids_are_counted_and_never_visible(
-    index: Index, encoder: LocalPrefixEncoder
+    index: Index, encoder: LocalTokenizer
 ) -> None:
     qs = [Question(query="警報が鳴ったら当番は何分以内に連絡する", relevant_ids=("nowhere",))]
     rows = [ResidentSet("rag-top5", "rag", frozenset(), 0, 0, 5)]
@@ -259,7 +258,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def make_plan(index: Index, encoder: LocalPrefixEncoder, budget: int) -> ResidencyPlan:
+def make_plan(index: Index, encoder: LocalTokenizer, budget: int) -> ResidencyPlan:
     capacity = CapacitySnapshot(
         model="tiny",
         host="test",
@@ -278,7 +277,7 @@ def make_plan(index: Index, encoder: LocalPrefixEncoder, budget: int) -> Residen
 
 @pytest.fixture(scope="module")
 def plan_file(
-    index: Index, encoder: LocalPrefixEncoder, tmp_path_factory: pytest.TempPathFactory
+    index: Index, encoder: LocalTokenizer, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     # The instructions take ~155 tokens: room for two or three short sections.
@@ -287,7 +286,7 @@ def plan_file(
 
 
 def test_cli_evaluates_a_plan_like_the_library(
-    index: Index, encoder: LocalPrefixEncoder, corpus: Path, plan_file: Path
+    index: Index, encoder: LocalTokenizer, corpus: Path, plan_file: Path
 ) -> None:
     out = run_cli("--plan", str(plan_file), "--questions", str(corpus / "qa.jsonl"), "--json")
     assert out.returncode == 0, out.stderr

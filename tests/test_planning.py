@@ -14,9 +14,9 @@ from residency.errors import ConfigError
 from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, read_plan, write_plan
-from residency.planning.prefix import LocalPrefixEncoder, hash_token_ids
+from residency.planning.prefix import hash_token_ids
 from residency.query_log import LogEntry, read_query_log
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 
 TOPICS = {
     "alarm": "警報が鳴ったら当番は十五分以内に監視室へ連絡し、主灯の状態を確認する。",
@@ -44,7 +44,7 @@ def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Inde
     (docs / "manual.md").write_text(f"# マニュアル {{#top}}\n\n概要。\n\n{body}\n", "utf-8")
     long_text = "".join(f"第{i}項。保守記録の詳細な手順をここに書く。" for i in range(300))
     (docs / "long.md").write_text(f"# 長い手順 {{#long}}\n\n{long_text}\n", "utf-8")
-    build_index(docs, root / "index", IndexOptions(dense=False), LocalTokenCounter(tokenizer_dir))
+    build_index(docs, root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir))
     return open_index(root / "index")
 
 
@@ -79,7 +79,7 @@ def test_attribution_follows_the_log(index: Index) -> None:
 def test_planner_prefers_asked_sections_and_renders_them_exactly(
     index: Index, tokenizer_dir: Path
 ) -> None:
-    encoder = LocalPrefixEncoder(tokenizer_dir)
+    encoder = LocalTokenizer(tokenizer_dir)
     plan = build_plan(index, log_mass(index, LOG), capacity(700), encoder, PlanOptions())
     ids = [r.section_id for r in plan.resident]
     assert "manual#alarm" in ids
@@ -99,7 +99,7 @@ def test_hybrid_prefix_ends_on_a_block_boundary(index: Index, tokenizer_dir: Pat
         index,
         log_mass(index, LOG),
         capacity(1024, hybrid=True, block=128),
-        LocalPrefixEncoder(tokenizer_dir),
+        LocalTokenizer(tokenizer_dir),
         PlanOptions(),
     )
     assert plan.prefix.aligned_to == 128
@@ -111,7 +111,7 @@ def test_sections_larger_than_the_budget_are_split_at_chunk_boundaries(
     index: Index, tokenizer_dir: Path
 ) -> None:
     mass = {"long#long": 100.0}
-    plan = build_plan(index, mass, capacity(900), LocalPrefixEncoder(tokenizer_dir), PlanOptions())
+    plan = build_plan(index, mass, capacity(900), LocalTokenizer(tokenizer_dir), PlanOptions())
     parts = [r for r in plan.resident if r.section_id == "long#long"]
     assert parts
     assert all("::part" in r.id for r in parts)
@@ -125,7 +125,7 @@ def test_pins_and_excludes(index: Index, tokenizer_dir: Path) -> None:
         index,
         log_mass(index, LOG),
         capacity(700),
-        LocalPrefixEncoder(tokenizer_dir),
+        LocalTokenizer(tokenizer_dir),
         PlanOptions(pins=("manual#paint",), excludes=("manual#alarm",)),
     )
     ids = [r.section_id for r in plan.resident]
@@ -149,7 +149,7 @@ def test_bad_plans_are_refused(
     index: Index, tokenizer_dir: Path, options: PlanOptions, error: type[Exception], fragment: str
 ) -> None:
     with pytest.raises(error, match=fragment.replace("#", "\\#")):
-        build_plan(index, {}, capacity(600), LocalPrefixEncoder(tokenizer_dir), options)
+        build_plan(index, {}, capacity(600), LocalTokenizer(tokenizer_dir), options)
 
 
 @pytest.mark.parametrize("strategy", ["planner", "frequency", "density", "random", "cag", "rag"])
@@ -158,7 +158,7 @@ def test_every_strategy_fits_the_budget(index: Index, tokenizer_dir: Path, strat
         index,
         log_mass(index, LOG),
         capacity(800),
-        LocalPrefixEncoder(tokenizer_dir),
+        LocalTokenizer(tokenizer_dir),
         PlanOptions(strategy=strategy),  # type: ignore[arg-type]
     )
     assert plan.prefix.token_count <= 800
@@ -166,7 +166,7 @@ def test_every_strategy_fits_the_budget(index: Index, tokenizer_dir: Path, strat
 
 
 def test_plan_json_round_trips(index: Index, tokenizer_dir: Path, tmp_path: Path) -> None:
-    plan = build_plan(index, {}, capacity(700), LocalPrefixEncoder(tokenizer_dir), PlanOptions())
+    plan = build_plan(index, {}, capacity(700), LocalTokenizer(tokenizer_dir), PlanOptions())
     path = tmp_path / "plan.json"
     write_plan(plan, path)
     assert read_plan(path) == plan

@@ -32,7 +32,7 @@ from residency.models import smollm2
 from residency.planning.plan_model import read_plan
 from residency.planning.run import sample_index_options
 from residency.prompt_language import EN
-from residency.token_count import ServerTokenCounter
+from residency.tokenizer import ServerTokenizer
 
 pytestmark = pytest.mark.vllm
 
@@ -148,7 +148,7 @@ def english_index(vllm_real_server: VllmServer, tmp_path_factory: pytest.TempPat
         EN_SAMPLE.docs,
         index_dir,
         sample_index_options(EN_SAMPLE, dense=False),
-        ServerTokenCounter(vllm_real_server.base_url),
+        ServerTokenizer(vllm_real_server.base_url),
     )
     return index_dir
 

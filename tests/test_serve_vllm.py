@@ -33,7 +33,7 @@ from residency.query_log import read_query_log
 from residency.serve.context import ContextBuilder, Retrieval
 from residency.serve.prompt import assemble_messages
 from residency.serve.settings import ServeSettings
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import parse_prometheus, sum_samples
 
 pytestmark = pytest.mark.vllm
@@ -117,7 +117,7 @@ def sample_index(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: P
     """A BM25-only index of the sample corpus, token counts from the tiny tokenizer."""
     index_dir = tmp_path_factory.mktemp("serve") / "index"
     build_index(
-        CORPUS, index_dir, IndexOptions(dense=False), LocalTokenCounter(tiny_tokenizer_dir), None
+        CORPUS, index_dir, IndexOptions(dense=False), LocalTokenizer(tiny_tokenizer_dir), None
     )
     return index_dir
 
@@ -504,7 +504,7 @@ def test_jsquad_questions_whose_paragraph_is_not_resident_get_it_retrieved(
     index_dir = tmp_path / "index"
     build_index(
         corpus / "docs", index_dir, IndexOptions(dense=False),
-        LocalTokenCounter(tiny_tokenizer_dir), None,
+        LocalTokenizer(tiny_tokenizer_dir), None,
     )  # fmt: skip
     # A small resident budget (~6K tokens) leaves most paragraphs to retrieval.
     plan_path = make_plan(

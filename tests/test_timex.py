@@ -13,7 +13,7 @@ import pytest
 
 from residency.corpus.loader import Corpus, load_corpus
 from residency.timex import Period, resolve_period, select_dated
-from residency.token_count import ApproxTokenCounter
+from residency.tokenizer import ApproxTokenizer
 
 D = dt.date
 NEW_YEAR = D(2025, 1, 3)  # a Friday: week 2024-12-30..2025-01-05
@@ -279,7 +279,7 @@ KOHAMA = "note-2025-01-07-kohama-outage"
 
 @pytest.fixture(scope="module")
 def harbor() -> Corpus:
-    return load_corpus(HARBOR, ApproxTokenCounter())
+    return load_corpus(HARBOR, ApproxTokenizer())
 
 
 def _ids(text: str, today: dt.date, corpus: Corpus, ranked: list[str], limit: int = 5) -> list[str]:
@@ -336,6 +336,6 @@ def test_select_dated_ties_in_corpus_order(tmp_path: Path) -> None:
         '{"id": "c", "date": "2025-01-01", "text": "C"}\n',
         encoding="utf-8",
     )
-    corpus = load_corpus(tmp_path, ApproxTokenCounter())
+    corpus = load_corpus(tmp_path, ApproxTokenizer())
     assert _ids("正月", MID, corpus, []) == ["b", "a", "c"]
     assert _ids("正月", MID, corpus, ["c"]) == ["c", "b", "a"]

@@ -24,7 +24,7 @@ import pytest
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory, free_port
 
 from residency.index import IndexOptions, build_index
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import Backoff, ServedModel, parse_prometheus, sum_samples
 from residency.warm import WarmTarget, served_matches
 
@@ -101,7 +101,7 @@ def bm25_index(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Pat
     """A BM25-only index of the sample corpus, token counts from the tiny tokenizer."""
     index_dir = tmp_path_factory.mktemp("warm") / "index"
     build_index(
-        CORPUS, index_dir, IndexOptions(dense=False), LocalTokenCounter(tiny_tokenizer_dir), None
+        CORPUS, index_dir, IndexOptions(dense=False), LocalTokenizer(tiny_tokenizer_dir), None
     )
     return index_dir
 

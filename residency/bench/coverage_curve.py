@@ -27,54 +27,24 @@ from residency.eval_retrieval import load_questions
 from residency.index import BuildProgress, Index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import ResidencyPlan, Strategy
-from residency.planning.prefix import (
-    ApproxPrefixEncoder,
-    LocalPrefixEncoder,
-    PrefixEncoder,
-    ServerPrefixEncoder,
-)
 from residency.query_log import LogEntry, read_query_log
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+from residency.tokenizer import ApproxTokenizer, MemoTokenizer, ModelTokenizer, reopen_tokenizer
 
 DEFAULT_BUDGET_FRACTIONS: tuple[float, ...] = (0.125, 0.25, 0.5, 0.75, 1.0)
 CURVE_STRATEGIES: tuple[Strategy, ...] = ("planner", "frequency", "density", "random", "cag")
 
 
-class MemoEncoder:
-    """A PrefixEncoder that remembers counts and ids: each plan re-counts every section."""
-
-    def __init__(self, inner: PrefixEncoder) -> None:
-        self._inner = inner
-        self.name = inner.name
-        self._ids: dict[str, list[int] | None] = {}
-        self._counts: dict[str, int] = {}
-
-    def encode(self, text: str) -> list[int] | None:
-        """The inner encoder's ids, once per text."""
-        if text not in self._ids:
-            self._ids[text] = self._inner.encode(text)
-        return self._ids[text]
-
-    def count(self, text: str) -> int:
-        """The inner encoder's count, once per text."""
-        if text not in self._counts:
-            self._counts[text] = self._inner.count(text)
-        return self._counts[text]
-
-
-def plan_encoder(plan: ResidencyPlan, index: Index, notes: list[str]) -> PrefixEncoder:
+def plan_tokenizer(plan: ResidencyPlan, index: Index, notes: list[str]) -> ModelTokenizer:
     """The tokenizer the plan was made with: local dir, server, the index's, else approximate."""
-    name = plan.prefix.tokenizer
-    if name.startswith("tokenizer:") and Path(name.removeprefix("tokenizer:")).exists():
-        return LocalPrefixEncoder(Path(name.removeprefix("tokenizer:")))
-    if name.startswith("server:"):
-        return ServerPrefixEncoder(name.removeprefix("server:").split(" (", 1)[0])
-    if index.manifest.token_count.method == "tokenizer":
-        path = Path(index.manifest.token_count.name)
-        if (path / "tokenizer.json").is_file():
-            return LocalPrefixEncoder(path)
-    notes.append(f"token counts are approximate: the plan's tokenizer ({name}) is not reachable")
-    return ApproxPrefixEncoder()
+    found = reopen_tokenizer(plan.prefix.tokenizer, index.manifest.token_count)
+    if found is not None:
+        return found
+    notes.append(
+        f"token counts are approximate: the plan's tokenizer ({plan.prefix.tokenizer}) is not "
+        "reachable"
+    )
+    return ApproxTokenizer()
 
 
 def coverage_vs_budget(
@@ -104,7 +74,7 @@ def coverage_vs_budget(
     else:
         notes.append("the plan's query log is not readable here: density-only planning")
     mass = log_mass(index, entries) if entries else {}
-    encoder = MemoEncoder(plan_encoder(plan, index, notes))
+    encoder = MemoTokenizer(plan_tokenizer(plan, index, notes))
     answerable = [q for q in load_questions(questions_path) if q.relevant_ids]
     if progress is not None:
         progress.start("ranking questions", len({q.query for q in answerable}))

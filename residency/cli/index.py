@@ -21,7 +21,7 @@ from residency.cli.progress import BarProgress
 from residency.corpus.chunking import DEFAULT_CHUNK_CHARS, DEFAULT_CHUNK_OVERLAP, ChunkerSettings
 from residency.index import IndexManifest, IndexOptions, build_index
 from residency.index.manifest import DEFAULT_EMBEDDER, DEFAULT_SPARSE_TOKENIZER
-from residency.token_count import ServerTokenCounter, get_token_counter
+from residency.tokenizer import ServerTokenizer, open_tokenizer
 
 _COUNT = "Token counts (pick one; neither: approximate, labelled 'approx')"
 _RETRIEVAL = "Retrieval"
@@ -119,7 +119,7 @@ def index(
         ),
         strict=strict,
     )
-    counter = get_token_counter(tokenizer_dir, server)
+    counter = open_tokenizer(tokenizer_dir, server)
     err = Console(stderr=True)
     bar = Progress(
         TextColumn("{task.description}"),
@@ -133,7 +133,7 @@ def index(
         with _sigterm_as_interrupt(), bar:
             manifest = build_index(corpus_dir, output, options, counter, BarProgress(bar))
     finally:
-        if isinstance(counter, ServerTokenCounter):
+        if isinstance(counter, ServerTokenizer):
             counter.close()
     if json:
         payload = {"index_dir": str(output.resolve()), **manifest.model_dump(mode="json")}

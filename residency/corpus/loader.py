@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from residency.corpus.model import Section, SkippedInput, SourceFile
 from residency.errors import ConfigError, CorpusError
-from residency.token_count import TokenCounter
+from residency.tokenizer import ModelTokenizer
 
 SUPPORTED_SUFFIXES = (".md", ".txt", ".jsonl")
 PREAMBLE_ANCHOR = "_preamble"
@@ -268,7 +268,7 @@ def corpus_hash(files: list[SourceFile]) -> str:
     return h.hexdigest()
 
 
-def load_corpus(root: Path, counter: TokenCounter) -> Corpus:
+def load_corpus(root: Path, counter: ModelTokenizer) -> Corpus:
     """Read every file under `root` into sections (see the module docstring for the rules)."""
     if not root.is_dir():
         raise ConfigError(f"corpus directory {root} does not exist or is not a directory")
@@ -302,7 +302,7 @@ def load_corpus(root: Path, counter: TokenCounter) -> Corpus:
             + (f" ({detail})" if detail else "")
             + f"; add {', '.join(SUPPORTED_SUFFIXES)} files with text"
         )
-    counts = counter.count([d.text for _, d in drafts])
+    counts = counter.count_batch([d.text for _, d in drafts])
     sections = tuple(
         Section(
             id=d.id,

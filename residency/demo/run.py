@@ -55,7 +55,7 @@ from residency.models import smollm2
 from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan, sample_index_options
 from residency.tiny_model import DENSE_SPEC, build_tiny_model, ensure_tokenizer
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 from residency.warm import WarmOptions, warm
 
@@ -224,7 +224,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
             served.sample.docs,
             index_dir,
             sample_index_options(served.sample, dense=False),
-            LocalTokenCounter(served.tokenizer_dir),
+            LocalTokenizer(served.tokenizer_dir),
         )
         vllm.wait_healthy(options.startup_timeout_s)
         detail.append(

@@ -33,7 +33,7 @@ from residency.corpus.sentences import Span
 from residency.errors import ConfigError
 from residency.normalize import NORMALIZATION_VERSION
 from residency.retrieval import Embedder
-from residency.token_count import TokenCountInfo
+from residency.tokenizer import TokenCountInfo
 
 INDEX_FORMAT_VERSION: Literal[1] = 1
 MANIFEST_FILE = "manifest.json"

@@ -66,7 +66,7 @@ from residency.retrieval import (
     get_embedder,
     get_tokenizer,
 )
-from residency.token_count import TokenCounter
+from residency.tokenizer import ModelTokenizer
 
 
 def _check_target(corpus_dir: Path, index_dir: Path) -> None:
@@ -124,7 +124,7 @@ def build_index(
     corpus_dir: Path,
     index_dir: Path,
     options: IndexOptions,
-    counter: TokenCounter,
+    counter: ModelTokenizer,
     progress: BuildProgress | None = None,
 ) -> IndexManifest:
     """Load, chunk, embed and index `corpus_dir` into `index_dir`, swapped in atomically."""

@@ -28,12 +28,7 @@ from residency.planning.plan_model import (
     ResidentItem,
     Strategy,
 )
-from residency.planning.prefix import (
-    PrefixEncoder,
-    finalize_prefix,
-    render_prefix,
-    render_section,
-)
+from residency.planning.prefix import finalize_prefix, render_prefix, render_section
 from residency.planning.scoring import (
     DEFAULT_DEPTH,
     DEFAULT_PRIOR_WEIGHT,
@@ -42,6 +37,7 @@ from residency.planning.scoring import (
     score_sections,
 )
 from residency.query_log import LogEntry
+from residency.tokenizer import ModelTokenizer
 
 
 @dataclass(frozen=True)
@@ -100,7 +96,7 @@ def _render_item(item: _Item) -> Section:
 def _items(
     index: Index,
     scores: Mapping[str, SectionScore],
-    encoder: PrefixEncoder,
+    encoder: ModelTokenizer,
     max_item_tokens: int,
 ) -> list[_Item]:
     """One item per section; sections over `max_item_tokens` split at chunk boundaries."""
@@ -193,7 +189,7 @@ def build_plan(
     index: Index,
     mass: Mapping[str, float],
     capacity: CapacitySnapshot,
-    encoder: PrefixEncoder,
+    encoder: ModelTokenizer,
     options: PlanOptions,
 ) -> ResidencyPlan:
     """Choose and render the resident prefix for one strategy."""

@@ -9,14 +9,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Protocol
 
 from residency.corpus.model import Section
 from residency.errors import ConfigError
 from residency.prompt_language import EN, JA, JAPANESE_SHARE, PromptLanguage, japanese_share
-from residency.token_count import ApproxTokenCounter
-from residency.vllm_client import VllmClient
+from residency.tokenizer import ModelTokenizer
 
 DEFAULT_INSTRUCTIONS = JA.instructions  # the default when a caller names no language
 # Fillers appended after a marker line to reach a block boundary; the first whose count fits wins.
@@ -59,74 +56,6 @@ def render_prefix(
     return "\n\n".join(parts) + "\n"
 
 
-class PrefixEncoder(Protocol):
-    """Turns prefix text into the served model's token ids (None when only approximate)."""
-
-    name: str
-
-    def encode(self, text: str) -> list[int] | None:
-        """Token ids without special tokens, or None if this encoder cannot produce ids."""
-        ...
-
-    def count(self, text: str) -> int:
-        """Token count of the text."""
-        ...
-
-
-class LocalPrefixEncoder:
-    """A local `tokenizer.json` (the `tokenizers` library)."""
-
-    def __init__(self, directory: Path) -> None:
-        from tokenizers import Tokenizer
-
-        path = directory / "tokenizer.json" if directory.is_dir() else directory
-        if not path.is_file():
-            raise ConfigError(f"--tokenizer-dir {directory}: no tokenizer.json there")
-        self._tokenizer = Tokenizer.from_file(str(path))
-        self.name = f"tokenizer:{directory}"
-
-    def encode(self, text: str) -> list[int] | None:
-        """Token ids without special tokens."""
-        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
-
-    def count(self, text: str) -> int:
-        """Number of token ids."""
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
-
-
-class ServerPrefixEncoder:
-    """A running vLLM's `/tokenize`: exactly the server's tokenizer."""
-
-    def __init__(self, base_url: str) -> None:
-        self._client = VllmClient(base_url, timeout_s=60.0)
-        self._model = self._client.models()[0].id
-        self.name = f"server:{self._client.base_url} ({self._model})"
-
-    def encode(self, text: str) -> list[int] | None:
-        """Token ids as the server tokenizes them."""
-        return self._client.tokenize(text, model=self._model)
-
-    def count(self, text: str) -> int:
-        """Number of token ids."""
-        return len(self._client.tokenize(text, model=self._model))
-
-
-class ApproxPrefixEncoder:
-    """No tokenizer: the index's labelled approximation (`ApproxTokenCounter`) and no ids."""
-
-    def __init__(self) -> None:
-        self._counter = ApproxTokenCounter()
-        self.name = self._counter.info.name
-
-    def encode(self, text: str) -> list[int] | None:
-        """No ids without a tokenizer."""
-        return None
-
-    def count(self, text: str) -> int:
-        """Approximate count, the same rule the index used for section tokens."""
-        return self._counter.count([text])[0]
-
-
 @dataclass(frozen=True, slots=True)
 class RenderedPrefix:
     """The prefix text, its tokens and hash, and how it was aligned."""
@@ -147,7 +76,7 @@ def hash_token_ids(ids: Sequence[int]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def finalize_prefix(text: str, encoder: PrefixEncoder, align_to: int | None) -> RenderedPrefix:
+def finalize_prefix(text: str, encoder: ModelTokenizer, align_to: int | None) -> RenderedPrefix:
     """Tokenize, pad to a multiple of `align_to` tokens when asked, and hash."""
     count = encoder.count(text)
     padded, pad = text, 0
@@ -161,7 +90,7 @@ def finalize_prefix(text: str, encoder: PrefixEncoder, align_to: int | None) -> 
     return RenderedPrefix(padded, len(ids), hash_token_ids(ids), "token_ids", pad, align_to)
 
 
-def _pad_to_multiple(text: str, encoder: PrefixEncoder, block: int) -> tuple[str, int]:
+def _pad_to_multiple(text: str, encoder: ModelTokenizer, block: int) -> tuple[str, int]:
     """Append filler until the token count is a multiple of `block`.
 
     The filler follows a fixed header line, so it starts a new pre-token and its tokens add to

@@ -18,15 +18,9 @@ from residency.errors import ConfigError
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, LogSummary, ResidencyPlan, Strategy
-from residency.planning.prefix import (
-    ApproxPrefixEncoder,
-    LocalPrefixEncoder,
-    PrefixEncoder,
-    ServerPrefixEncoder,
-)
 from residency.query_log import LogRead, read_query_log
 from residency.tiny_model import ensure_tokenizer
-from residency.token_count import LocalTokenCounter
+from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, ServerTokenizer
 
 SAMPLE_CORPUS = JA_SAMPLE.docs
 SAMPLE_LOG = JA_SAMPLE.queries
@@ -82,24 +76,24 @@ def sample_index(progress: BuildProgress | None, sample: SampleCorpus = JA_SAMPL
     index_dir = CACHE_DIR / name
     tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
     options = sample_index_options(sample)
-    build_index(sample.docs, index_dir, options, LocalTokenCounter(tokenizer_dir), progress)
+    build_index(sample.docs, index_dir, options, LocalTokenizer(tokenizer_dir), progress)
     return open_index(index_dir)
 
 
-def encoder_for(job: PlanJob, index: Index, sample: bool) -> PrefixEncoder:
+def encoder_for(job: PlanJob, index: Index, sample: bool) -> ModelTokenizer:
     """The tokenizer the prefix is counted and hashed with."""
     if job.capacity.server:
-        return ServerPrefixEncoder(job.capacity.server)
+        return ServerTokenizer(job.capacity.server)
     if job.tokenizer_dir is not None:
-        return LocalPrefixEncoder(job.tokenizer_dir)
+        return LocalTokenizer(job.tokenizer_dir)
     if sample:
-        return LocalPrefixEncoder(ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models"))
+        return LocalTokenizer(ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models"))
     if index.manifest.token_count.method == "tokenizer":
-        return LocalPrefixEncoder(Path(index.manifest.token_count.name))
+        return LocalTokenizer(Path(index.manifest.token_count.name))
     job.warnings.append(
         "no tokenizer: prefix tokens are approximate (pass --tokenizer-dir or --server)"
     )
-    return ApproxPrefixEncoder()
+    return ApproxTokenizer()
 
 
 def read_log(job: PlanJob, sample: bool) -> LogRead | None:

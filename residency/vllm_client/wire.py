@@ -211,7 +211,7 @@ def transport_error(where: str, path: str, exc: httpx.HTTPError) -> UpstreamErro
     """`UpstreamError` for a request that got no answer, naming the exception."""
     if isinstance(exc, httpx.ConnectError):
         return UpstreamError(
-            f"{where}: cannot reach {path} ({type(exc).__name__}); is the server running there?"
+            f"{where}: cannot reach {path} ({type(exc).__name__}); is vLLM running there?"
         )
     detail = str(exc)[:ERROR_BODY_CHARS]
     return UpstreamError(
