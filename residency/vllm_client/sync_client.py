@@ -153,13 +153,17 @@ class VllmClient:
 
     # --- server state -----------------------------------------------------------------------
 
+    def health_status(self) -> int | None:
+        """The status `/health` answers (None: no answer); a probe waits at most 10 s."""
+        timeout_s = min(self.timeout_s, PROBE_TIMEOUT_S)
+        try:
+            return self._http.get(self.url(endpoints.HEALTH), timeout=timeout_s).status_code
+        except httpx.HTTPError:
+            return None
+
     def health(self) -> bool:
         """True when `/health` answers 200."""
-        try:
-            response = self._http.get(self.url(endpoints.HEALTH), timeout=PROBE_TIMEOUT_S)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+        return self.health_status() == 200
 
     def models(self) -> list[ServedModel]:
         """The served models (`/v1/models`)."""
@@ -187,8 +191,9 @@ class VllmClient:
 
     def is_sleeping(self) -> bool | None:
         """`/is_sleeping` (dev mode only); None when the server does not offer it."""
+        timeout_s = min(self.timeout_s, PROBE_TIMEOUT_S)
         try:
-            response = self._http.get(self.url(endpoints.IS_SLEEPING), timeout=PROBE_TIMEOUT_S)
+            response = self._http.get(self.url(endpoints.IS_SLEEPING), timeout=timeout_s)
             return bool(response.json()["is_sleeping"]) if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None
