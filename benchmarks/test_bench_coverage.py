@@ -22,8 +22,8 @@ import pytest
 from conftest import JSQUAD_VALID, REPO_ROOT
 
 from residency.atomic import write_bytes_atomic
-from residency.coverage_runs import SimulationJob, run_simulation
-from residency.eval_coverage import CoverageReport, StrategyResult
+from residency.eval.coverage import CoverageReport, StrategyResult
+from residency.eval.coverage_runs import SimulationJob, run_simulation
 
 BUDGET_TOKENS = 30_000
 COVERAGE_TARGET = 0.985

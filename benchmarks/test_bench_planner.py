@@ -5,8 +5,8 @@ from __future__ import annotations
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from planner import CacheSettings, Reserves, estimate_gpu_kv_memory, plan_capacity
-from residency.capacity_report import CapacityRequest, build_capacity_report
-from residency.profiles import load_gpu_profile, resolve_model
+from residency.capacity.profiles import load_gpu_profile, resolve_model
+from residency.capacity.report import CapacityRequest, build_capacity_report
 
 
 def test_plan_capacity_pure(benchmark: BenchmarkFixture) -> None:

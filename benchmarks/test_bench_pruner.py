@@ -23,9 +23,10 @@ import pytest
 from conftest import JSQUAD_VALID, REPO_ROOT
 
 from residency.atomic import write_bytes_atomic
-from residency.eval_prune import PruneEvalJob, PruneEvalReport, run_prune_eval
-from residency.pruner import PRUNER_SERVER_ARGS
-from residency.tiny_model import DENSE_SPEC, build_tiny_model, ensure_tokenizer
+from residency.eval.prune import PruneEvalJob, PruneEvalReport, run_prune_eval
+from residency.models.tiny import DENSE_SPEC, build_tiny_model
+from residency.models.tokenizer import ensure_tokenizer
+from residency.serve.pruner import PRUNER_SERVER_ARGS
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the vLLM server harness lives beside the tests
 from vllm_server import VllmServer

@@ -21,7 +21,7 @@ import pytest
 from conftest import REPO_ROOT, SYNTH_SEED, QaSet, cached_vectors, random_unit_vectors
 from numpy.typing import NDArray
 
-from residency.eval_retrieval import mean_metrics, question_metrics
+from residency.eval.retrieval import mean_metrics, question_metrics
 from residency.retrieval import (
     DEFAULT_WEIGHTS,
     BM25Retriever,

@@ -30,11 +30,12 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.index import IndexOptions, build_index, open_index
+from residency.models.tiny import DENSE_SPEC, build_tiny_model
+from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.plan_model import read_plan
 from residency.serve.context import ContextBuilder
 from residency.serve.prompt import assemble_messages
 from residency.serve.settings import ServeSettings
-from residency.tiny_model import DENSE_SPEC, build_tiny_model, ensure_tokenizer
 from residency.tokenizer import LocalTokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,8 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.bench import BenchOptions, BenchReport, plot_bench, run_bench, write_report
-from residency.tiny_model import DENSE_SPEC, HYBRID_SPEC, build_tiny_model, ensure_tokenizer
+from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
+from residency.models.tokenizer import ensure_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the vLLM server harness lives beside the tests

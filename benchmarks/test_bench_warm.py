@@ -36,8 +36,9 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.index import IndexOptions, build_index
+from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
+from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.plan_model import read_plan
-from residency.tiny_model import DENSE_SPEC, HYBRID_SPEC, build_tiny_model, ensure_tokenizer
 from residency.tokenizer import LocalTokenizer
 from residency.warm import WarmOptions, WarmReport, warm
 

@@ -22,14 +22,9 @@ import pytest
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
 
 from residency.models import smollm2
-from residency.pruner import PRUNER_SERVER_ARGS
-from residency.tiny_model import (
-    DENSE_SPEC,
-    HYBRID_SPEC,
-    TinyModelSpec,
-    build_tiny_model,
-    ensure_tokenizer,
-)
+from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
+from residency.models.tokenizer import ensure_tokenizer
+from residency.serve.pruner import PRUNER_SERVER_ARGS
 
 # Everything in this process and the servers it starts stays offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

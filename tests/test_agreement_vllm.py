@@ -21,7 +21,7 @@ from agreement import BLOCK_LOG, PADDING_LOG, assert_planner_agrees
 from conftest import CACHE_DIR
 from vllm_server import VllmServerFactory
 
-from residency.tiny_model import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
+from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
 
 pytestmark = pytest.mark.vllm
 

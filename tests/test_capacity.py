@@ -16,7 +16,7 @@ from planner import (
     plan_capacity,
 )
 from planner.units import GiB
-from residency.profiles import resolve_model
+from residency.capacity.profiles import resolve_model
 
 
 def _llama_layout(max_model_len: int) -> object:
@@ -134,7 +134,7 @@ def test_weights_that_do_not_fit_name_the_utilization_that_would() -> None:
 
 def test_default_host_budget_is_near_30k_tokens() -> None:
     """RTX 4070 12 GB, Qwen3.5-4B FP8, 32K context, 0.90: the DESIGN.md setup."""
-    from residency.profiles import load_gpu_profile
+    from residency.capacity.profiles import load_gpu_profile
 
     model = resolve_model("qwen3.5-4b-fp8")
     assert model.weights_bytes is not None
@@ -172,7 +172,7 @@ def test_default_host_budget_is_near_30k_tokens() -> None:
 def test_gpu_profiles_llama31_8b_hand_computed(
     gpu: str, requested: int, kv_bytes: int, num_blocks: int, kv_tokens: int
 ) -> None:
-    from residency.profiles import load_gpu_profile
+    from residency.capacity.profiles import load_gpu_profile
 
     model = resolve_model("llama-3.1-8b-instruct")
     assert model.weights_bytes == 16_060_522_496

@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from residency.errors import ConfigError, CorpusError
-from residency.eval_answers import (
+from residency.eval.answers import (
     AnswerEvalJob,
     AnswerQuestion,
     AnswerRecord,
@@ -26,16 +26,16 @@ from residency.eval_answers import (
     summarize,
     summarize_by_type,
 )
-from residency.eval_answers.generate import Attempt, parse_retrieved_header
-from residency.eval_answers.reference import (
+from residency.eval.answers.generate import Attempt, parse_retrieved_header
+from residency.eval.answers.reference import (
     is_abstention,
     score_reference,
     token_f1,
     token_recall,
 )
-from residency.eval_answers.report import build_record, strategy_report
-from residency.eval_answers.run import check_job
-from residency.eval_answers.scoring import diagnose, evidence_share, evidence_visible
+from residency.eval.answers.report import build_record, strategy_report
+from residency.eval.answers.run import check_job
+from residency.eval.answers.scoring import diagnose, evidence_share, evidence_visible
 from residency.vllm_client import StreamedAnswer
 
 

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from vllm_server import REPO_ROOT, VllmServer
 
 from residency.cli.eval_answers import answers
-from residency.eval_answers import AnswerEvalReport, AnswerRecord, judge_verdict, summarize
+from residency.eval.answers import AnswerEvalReport, AnswerRecord, judge_verdict, summarize
 from residency.index import IndexOptions, build_index
 from residency.tokenizer import LocalTokenizer
 

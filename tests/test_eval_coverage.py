@@ -12,12 +12,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from residency.eval_coverage import (
+from residency.eval.coverage import (
     ResidentSet,
     evaluate_coverage,
     question_outcome,
 )
-from residency.eval_retrieval import Question
+from residency.eval.questions import Question
 from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
@@ -51,8 +51,8 @@ RESIDENT = frozenset({"alarm::c1", "wind::c1", "log::c1"})
 
 @pytest.fixture(scope="module")
 def tokenizer_dir() -> Path:
+    from residency.models.tokenizer import ensure_tokenizer
     from residency.planning.run import CACHE_DIR, REPO_ROOT
-    from residency.tiny_model import ensure_tokenizer
 
     return ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
 

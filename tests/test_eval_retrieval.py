@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from residency.errors import ConfigError, CorpusError
-from residency.eval_retrieval import (
+from residency.eval.questions import load_questions
+from residency.eval.retrieval import (
     Budget,
     evaluate_retrieval,
-    load_questions,
     mean_metrics,
     mrr_at_k,
     ndcg_at_k,

@@ -13,13 +13,11 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 from vllm_server import VllmServer, VllmServerError, VllmServerFactory, process_group_alive
 
-from residency.tiny_model import (
-    HYBRID_SPEC,
+from residency.models.tiny import HYBRID_SPEC, TinyModelSpec, build_tiny_model
+from residency.models.tokenizer import (
     IM_END,
     IM_START,
     SPECIAL_TOKENS,
-    TinyModelSpec,
-    build_tiny_model,
     corpus_texts,
     train_tokenizer,
 )

@@ -8,7 +8,7 @@ from model_configs import ISSUE15_CONFIG
 
 from planner import CacheSettings, build_kv_layout, compute_kv_capacity, model_spec_from_hf_config
 from planner.units import KVCacheDType
-from residency.profiles import resolve_model
+from residency.capacity.profiles import resolve_model
 
 KiB = 1024
 

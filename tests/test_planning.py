@@ -29,8 +29,8 @@ TOPICS = {
 
 @pytest.fixture(scope="module")
 def tokenizer_dir() -> Path:
+    from residency.models.tokenizer import ensure_tokenizer
     from residency.planning.run import CACHE_DIR, REPO_ROOT
-    from residency.tiny_model import ensure_tokenizer
 
     return ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
 

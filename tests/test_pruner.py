@@ -24,7 +24,7 @@ from vllm_server import VllmServer, free_port
 
 from residency.cli.eval_prune import prune as prune_command
 from residency.errors import ConfigError, UpstreamError
-from residency.eval_prune import (
+from residency.eval.prune import (
     MEANINGLESS_GRADES_NOTE,
     PrunedQuestion,
     PruneEvalJob,
@@ -35,8 +35,8 @@ from residency.eval_prune import (
     sample_questions,
     served_model,
 )
-from residency.eval_retrieval import Question
-from residency.pruner import (
+from residency.eval.questions import Question
+from residency.serve.pruner import (
     Passage,
     PruneResult,
     PrunerSettings,

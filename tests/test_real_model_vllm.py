@@ -25,8 +25,8 @@ from vllm_server import REPO_ROOT, VllmServer
 from residency.atomic import remove_stale_builds
 from residency.corpus.samples import EN_SAMPLE
 from residency.errors import ConfigError
-from residency.eval_answers import AnswerEvalReport, AnswerRecord
-from residency.eval_answers.reference import is_abstention
+from residency.eval.answers import AnswerEvalReport, AnswerRecord
+from residency.eval.answers.reference import is_abstention
 from residency.index import build_index
 from residency.models import smollm2
 from residency.planning.plan_model import read_plan

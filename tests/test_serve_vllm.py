@@ -26,7 +26,7 @@ import pytest
 from router_server import RouterProcess
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
 
-from residency.coverage_runs import squad_corpus
+from residency.eval.coverage_runs import squad_corpus
 from residency.index import IndexOptions, build_index, open_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
 from residency.query_log import read_query_log

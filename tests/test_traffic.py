@@ -7,8 +7,8 @@ import collections
 import pytest
 
 from residency.errors import ConfigError
-from residency.eval_retrieval import Question
-from residency.traffic import (
+from residency.eval.questions import Question
+from residency.eval.traffic import (
     TrafficOptions,
     check_traffic_options,
     simulate_traffic,

@@ -1,4 +1,8 @@
-"""`residency bench`: cold vs warm TTFT per prompt length on a live vLLM, coverage vs budget."""
+"""`residency bench`: cold vs warm TTFT per prompt length on a live vLLM, coverage vs budget.
+
+May import: planner, the cross-cutting modules, capacity, corpus, eval, index, models, planning,
+retrieval, serve, timex, warm.
+"""
 
 from residency.bench.coverage_curve import DEFAULT_BUDGET_FRACTIONS, coverage_vs_budget
 from residency.bench.plot import plot_bench, render_png

@@ -15,7 +15,7 @@ from pathlib import Path
 from planner import InfeasiblePlanError
 from residency.bench.report import CoverageCurve, CoveragePoint
 from residency.errors import ConfigError
-from residency.eval_coverage import (
+from residency.eval.coverage import (
     DEFAULT_PREFETCH,
     RAG_BASELINE_KS,
     ResidentSet,
@@ -23,7 +23,7 @@ from residency.eval_coverage import (
     evaluate_resident_set,
     rank_queries,
 )
-from residency.eval_retrieval import load_questions
+from residency.eval.questions import load_questions
 from residency.index import BuildProgress, Index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import ResidencyPlan, Strategy

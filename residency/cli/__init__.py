@@ -1,4 +1,7 @@
-"""The `residency` command: one module per subcommand; this module wires them and maps errors."""
+"""The `residency` command: one module per subcommand; this module wires them and maps errors.
+
+Imported by nothing but `residency.__main__`. May import: everything.
+"""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from residency.bench.coverage_curve import coverage_vs_budget
 from residency.bench.plot import plot_bench
 from residency.bench.report import BenchReport, TtftStats, dump_report
 from residency.bench.ttft import DEFAULT_LENGTHS, BenchOptions, run_bench
+from residency.cli.options import ColdRepeatsOption, RepeatsOption, VllmApiKeyOption
 from residency.cli.progress import BarProgress
 from residency.errors import ConfigError
 from residency.planning.plan_model import read_plan
@@ -42,10 +43,8 @@ def bench(
     lengths: Annotated[
         str, typer.Option(help="Prompt lengths in tokens, comma-separated.")
     ] = _DEFAULT_LENGTHS,
-    repeats: Annotated[int, typer.Option(help="Timed warm sends per length.")] = 5,
-    cold_repeats: Annotated[
-        int, typer.Option(help="Cold sends per length, each with a fresh salt.")
-    ] = 3,
+    repeats: RepeatsOption = 5,
+    cold_repeats: ColdRepeatsOption = 3,
     model: Annotated[
         str | None, typer.Option(help="Served model (default: the server's only one).")
     ] = None,
@@ -57,9 +56,7 @@ def bench(
     plot: Annotated[
         Path | None, typer.Option(help="Write a PNG: TTFT vs length (+ coverage vs budget).")
     ] = None,
-    api_key: Annotated[
-        str | None, typer.Option(envvar="VLLM_API_KEY", help="Bearer token (vLLM --api-key).")
-    ] = None,
+    api_key: VllmApiKeyOption = None,
 ) -> None:
     """Measure cold (never-seen prefix) and warm (cached) TTFT per prompt length on a server."""
     options = BenchOptions(

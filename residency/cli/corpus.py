@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from residency.cli.options import JsonOption
 from residency.corpus.squad import import_squad as run_import
 
 app = typer.Typer(name="corpus", help="Corpus tools.", no_args_is_help=True)
@@ -22,7 +23,7 @@ def import_squad(
     force: Annotated[
         bool, typer.Option("--force", help="Replace OUTDIR even when it is not empty.")
     ] = False,
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json: JsonOption = False,
 ) -> None:
     """Turn a SQuAD-style file into a corpus (a section per paragraph) and a questions file."""
     report = run_import(file, outdir, force=force)

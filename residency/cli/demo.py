@@ -13,6 +13,7 @@ from rich.table import Table
 
 from residency.cli.bench import parse_lengths
 from residency.cli.bench import render as render_bench
+from residency.cli.options import ColdRepeatsOption, RepeatsOption
 from residency.demo import DemoOptions, DemoReport, Terminated, run_demo
 from residency.demo.budget import DEFAULT_TIME_BUDGET_S
 from residency.demo.report import DemoModel
@@ -48,10 +49,8 @@ def demo(
             show_default="chosen from the measured prefill rate",
         ),
     ] = None,
-    repeats: Annotated[int, typer.Option(help="Timed warm sends per length.")] = 3,
-    cold_repeats: Annotated[
-        int, typer.Option(help="Cold sends per length, each with a fresh salt.")
-    ] = 2,
+    repeats: RepeatsOption = 3,
+    cold_repeats: ColdRepeatsOption = 2,
     keep_running: Annotated[
         bool,
         typer.Option(

@@ -5,21 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from residency.cli.options import JsonOption
+from residency.cli.output import echo_json
+from residency.cli.progress import progress_bar
 from residency.errors import ConfigError
-from residency.eval_retrieval import (
+from residency.eval.questions import load_questions
+from residency.eval.retrieval import (
     HISTORY_FILE,
     METRICS,
     RetrievalEvalReport,
     append_history,
     evaluate_retrieval,
-    load_questions,
     parse_budget,
 )
 from residency.index import open_index
@@ -77,20 +78,14 @@ def retrieval(
         list[str] | None,
         typer.Option(help="Fusion weight NAME=W (repeatable), e.g. dense=0.3 bm25=0.7."),
     ] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json: JsonOption = False,
 ) -> None:
     """Recall@1/3/5/10, MRR@10 and nDCG@10 of BM25, dense and the fusion, per question type."""
     budgets = [parse_budget(b) for b in (min_recall or [])]
     opened = open_index(index, weights=_parse_weights(weight or []))
     qs = load_questions(questions)
-    err = Console(stderr=True)
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err,
-        disable=json or not err.is_terminal,
-    )
+    bar = progress_bar(json, transient=False)
+    err = bar.console
     with bar:
         task = bar.add_task("questions", total=sum(1 for q in qs if q.relevant_ids))
         report = evaluate_retrieval(
@@ -99,7 +94,7 @@ def retrieval(
     history_path = history if history is not None else index / HISTORY_FILE
     append_history(history_path, report)
     if json:
-        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        echo_json(report)
     else:
         render(report, history_path, Console())
     failed = [b for b in report.budgets if not b.passed]

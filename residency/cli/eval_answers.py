@@ -7,19 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
-from residency.cli.options import DEFAULT_SAMPLE_NAME, SampleOption
-from residency.cli.progress import BarProgress
+from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
+from residency.cli.output import compact_table, echo_json
+from residency.cli.progress import BarProgress, progress_bar
 from residency.corpus.samples import get_sample
 from residency.errors import ConfigError
-from residency.eval_answers import (
+from residency.eval.answers import (
     STRATEGIES,
     AnswerEvalJob,
     AnswerEvalReport,
@@ -29,10 +26,10 @@ from residency.eval_answers import (
     load_answer_questions,
     run_answer_eval,
 )
-from residency.eval_answers.judge import DEFAULT_JUDGE_MAX_TOKENS
-from residency.eval_answers.records import StrategyName
-from residency.eval_answers.run import DEFAULT_K, DEFAULT_MAX_TOKENS
-from residency.eval_answers.scoring import diagnose
+from residency.eval.answers.judge import DEFAULT_JUDGE_MAX_TOKENS
+from residency.eval.answers.records import StrategyName
+from residency.eval.answers.run import DEFAULT_K, DEFAULT_MAX_TOKENS
+from residency.eval.answers.scoring import diagnose
 from residency.index import open_index
 from residency.planning.run import sample_index
 
@@ -112,7 +109,7 @@ def answers(
         str | None,
         typer.Option(help="Bearer token for every endpoint.", envvar="RESIDENCY_API_KEY"),
     ] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json: JsonOption = False,
 ) -> None:
     """Generate answers per strategy, score them 0/1/2 against the reference (and an LLM judge),
     compare side by side, per question type."""
@@ -122,15 +119,7 @@ def answers(
     corpus = get_sample(sample)
     questions = questions if questions is not None else corpus.questions
     qs = load_answer_questions(questions)[:limit]
-    err = Console(stderr=True)
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err,
-        transient=True,
-        disable=json or not err.is_terminal,
-    )
+    bar = progress_bar(json)
     with bar:
         opened = sample_index(BarProgress(bar), corpus) if index is None else open_index(index)
         job = AnswerEvalJob(
@@ -152,7 +141,7 @@ def answers(
         )
         report = run_answer_eval(job, BarProgress(bar))
     if json:
-        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        echo_json(report)
     else:
         render_answers(report, Console(), records)
 
@@ -176,21 +165,6 @@ def _num(value: float | None, fmt: str) -> str:
 
 def _pct(part: int, whole: int) -> str:
     return "n/a" if whole == 0 else f"{100 * part / whole:.0f}%"
-
-
-def _table(title: str, lead: tuple[str, ...], tail: tuple[str, ...]) -> Table:
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    for name in lead:
-        table.add_column(name, no_wrap=True)
-    for name in tail:
-        table.add_column(name, justify="right", no_wrap=True)
-    return table
 
 
 def _score_cells(s: ScoreSummary) -> list[str]:
@@ -246,7 +220,9 @@ def render_answers(report: AnswerEvalReport, console: Console, records: Path | N
         if r.skipped:
             console.print(f"[yellow]{r.strategy} skipped:[/] {escape(r.skipped)}", highlight=False)
     ran = [r for r in report.strategies if not r.skipped]
-    scores = _table("Reference scorer (token F1 + abstention)", ("strategy",), _SCORE_COLUMNS[:-2])
+    scores = compact_table(
+        "Reference scorer (token F1 + abstention)", ("strategy",), _SCORE_COLUMNS[:-2]
+    )
     scores.add_column("gen\nerror", justify="right", no_wrap=True)
     for r in ran:
         cells = _score_cells(r.overall)
@@ -254,13 +230,15 @@ def render_answers(report: AnswerEvalReport, console: Console, records: Path | N
     console.print(scores)
     judged = [r for r in ran if r.judge_overall is not None]
     if judged:
-        by_judge = _table("LLM judge", ("strategy",), _SCORE_COLUMNS[:2] + _SCORE_COLUMNS[3:])
+        by_judge = compact_table(
+            "LLM judge", ("strategy",), _SCORE_COLUMNS[:2] + _SCORE_COLUMNS[3:]
+        )
         for r in judged:
             assert r.judge_overall is not None
             cells = _score_cells(r.judge_overall)
             by_judge.add_row(r.strategy, *cells[:2], *cells[3:])
         console.print(by_judge)
-    cost = _table(
+    cost = compact_table(
         "Evidence, prompt, cache, latency (means over answers)", ("strategy",), _COST_COLUMNS
     )
     cost.add_column("routes")
@@ -298,7 +276,9 @@ def _render_by_type(ran: list[StrategyReport], console: Console) -> None:
     types = list(dict.fromkeys(t for r in ran for t in r.by_type))
     if not types:
         return
-    table = _table("By question type: score /2 (F1)", ("type", "n"), tuple(r.strategy for r in ran))
+    table = compact_table(
+        "By question type: score /2 (F1)", ("type", "n"), tuple(r.strategy for r in ran)
+    )
     for t in types:
         n = max(r.by_type[t].questions for r in ran if t in r.by_type)
         cells: list[str] = []
@@ -320,7 +300,7 @@ def _render_by_type(ran: list[StrategyReport], console: Console) -> None:
 
 def _render_failures(report: AnswerEvalReport, console: Console) -> None:
     """Answers not scored correct, with gold and retrieved ids: retrieval or generation miss."""
-    table = _table("Failures", ("strategy", "question", "type", "outcome", "why"), ())
+    table = compact_table("Failures", ("strategy", "question", "type", "outcome", "why"), ())
     table.add_column("gold ids", max_width=36, overflow="fold")
     table.add_column("retrieved ids (route)", max_width=36, overflow="fold")
     table.add_column("answer", max_width=40, overflow="ellipsis", no_wrap=True)

@@ -6,31 +6,30 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from residency.cli.progress import BarProgress
-from residency.coverage_runs import (
+from residency.cli.options import JsonOption
+from residency.cli.output import compact_table, echo_json, pct
+from residency.cli.progress import BarProgress, progress_bar
+from residency.errors import ConfigError
+from residency.eval.coverage import DEFAULT_PREFETCH, CoverageMetrics, CoverageReport
+from residency.eval.coverage_runs import (
     COVERAGE_CACHE,
     SimulationJob,
     evaluate_plan_file,
     run_simulation,
 )
-from residency.errors import ConfigError
-from residency.eval_coverage import DEFAULT_PREFETCH, CoverageMetrics, CoverageReport
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
-from residency.traffic import (
+from residency.eval.traffic import (
     DEFAULT_EVAL_SIZE,
     DEFAULT_LOG_SIZE,
     DEFAULT_ZIPF_S,
     TrafficOptions,
     check_traffic_options,
 )
+from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 
 
 def coverage(
@@ -94,7 +93,7 @@ def coverage(
     prefetch: Annotated[
         int, typer.Option(help="Chunks ranked per question before routing.")
     ] = DEFAULT_PREFETCH,
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json: JsonOption = False,
 ) -> None:
     """Share of questions whose gold evidence is resident or routed in, and the tokens it costs."""
     if (plan is None) == (squad is None):
@@ -102,15 +101,7 @@ def coverage(
             "pass either --plan PLAN.json --questions QA.jsonl (evaluate one plan) or "
             "--squad FILE (simulate traffic and compare every strategy)"
         )
-    err = Console(stderr=True)
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err,
-        transient=True,
-        disable=json or not err.is_terminal,
-    )
+    bar = progress_bar(json)
     if plan is not None:
         if questions is None:
             raise ConfigError(f"--plan {plan} needs --questions QA.jsonl to evaluate on")
@@ -144,22 +135,18 @@ def coverage(
         with bar:
             report = run_simulation(job, BarProgress(bar))
     if json:
-        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        echo_json(report)
     else:
         render_coverage(report, Console())
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def _coverage_row(m: CoverageMetrics) -> list[str]:
     return [
         f"{100 * m.coverage:.2f}%",
-        _pct(m.resident_share),
-        _pct(m.long_tail_recall),
+        pct(m.resident_share),
+        pct(m.long_tail_recall),
         str(m.misrouted),
-        _pct(m.route_resident_share),
+        pct(m.route_resident_share),
         f"{m.mean_added_tokens:.0f}",
     ]
 
@@ -175,18 +162,7 @@ _COVERAGE_COLUMNS = (
 
 
 def _table(title: str, lead: tuple[str, ...], tail: tuple[str, ...] = ()) -> Table:
-    table = Table(
-        title=title,
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        collapse_padding=True,
-    )
-    for name in lead:
-        table.add_column(name, no_wrap=True)
-    for name in (*_COVERAGE_COLUMNS, *tail):
-        table.add_column(name, justify="right", no_wrap=True)
-    return table
+    return compact_table(title, lead, (*_COVERAGE_COLUMNS, *tail))
 
 
 def render_coverage(report: CoverageReport, console: Console) -> None:
@@ -206,7 +182,7 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
     t = report.simulation
     if t is not None:
         console.print(
-            f"traffic: Zipf over {t.paragraphs} paragraphs (top one {_pct(t.top_paragraph_share)}"
+            f"traffic: Zipf over {t.paragraphs} paragraphs (top one {pct(t.top_paragraph_share)}"
             f" of questions); log {t.log_distinct_queries} distinct queries from a pool of "
             f"{t.log_pool_questions}, eval {t.eval_distinct_questions} distinct from a pool of "
             f"{t.eval_pool_questions} (disjoint); {t.paragraphs_without_log_pool} paragraph(s) "

@@ -7,27 +7,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from residency.cli.options import DEFAULT_SAMPLE_NAME, SampleOption
-from residency.cli.progress import BarProgress
+from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
+from residency.cli.output import echo_json, pct
+from residency.cli.progress import BarProgress, progress_bar
 from residency.corpus.samples import get_sample
-from residency.coverage_runs import COVERAGE_CACHE
 from residency.errors import ConfigError
-from residency.eval_prune import (
+from residency.eval.coverage_runs import COVERAGE_CACHE
+from residency.eval.prune import (
     DEFAULT_PRUNE_K,
     DEFAULT_PRUNE_LIMIT,
     PruneEvalJob,
     PruneEvalReport,
     run_prune_eval,
 )
-from residency.pruner import PRUNER_SERVER_FLAG, PrunerSettings
+from residency.serve.pruner import PRUNER_SERVER_FLAG, PrunerSettings
 
 _DEFAULTS = PrunerSettings(url="http://localhost", model="-")
 
@@ -86,18 +85,10 @@ def prune(
             show_default=".cache/coverage",
         ),
     ] = COVERAGE_CACHE,
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json: JsonOption = False,
 ) -> None:
     """Share of retrieved chunks the pruner removes, gold evidence kept, and the latency it adds."""
-    err = Console(stderr=True)
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        console=err,
-        transient=True,
-        disable=json or not err.is_terminal,
-    )
+    bar = progress_bar(json)
     if squad is not None and (questions is not None or index is not None):
         raise ConfigError("--squad brings its own questions and index: drop --questions/--index")
     job = PruneEvalJob(
@@ -117,13 +108,9 @@ def prune(
     with bar:
         report = run_prune_eval(job, BarProgress(bar))
     if json:
-        typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+        echo_json(report)
     else:
         render_prune(report, Console())
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 def render_prune(report: PruneEvalReport, console: Console) -> None:
@@ -144,10 +131,10 @@ def render_prune(report: PruneEvalReport, console: Console) -> None:
         table.add_row(
             r.name,
             f"{r.chunks_kept}/{r.chunks_retrieved}",
-            _pct(r.removed_share),
-            _pct(r.removed_chars_share),
+            pct(r.removed_share),
+            pct(r.removed_chars_share),
             str(r.gold_retrieved),
-            f"{r.gold_kept} ({_pct(r.gold_kept_share)})",
+            f"{r.gold_kept} ({pct(r.gold_kept_share)})",
         )
     console.print(table)
     lat = report.latency

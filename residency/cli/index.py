@@ -14,10 +14,9 @@ import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from residency.cli.progress import BarProgress
+from residency.cli.progress import BarProgress, progress_bar
 from residency.corpus.chunking import DEFAULT_CHUNK_CHARS, DEFAULT_CHUNK_OVERLAP, ChunkerSettings
 from residency.index import IndexManifest, IndexOptions, build_index
 from residency.index.manifest import DEFAULT_EMBEDDER, DEFAULT_SPARSE_TOKENIZER
@@ -120,15 +119,7 @@ def index(
         strict=strict,
     )
     counter = open_tokenizer(tokenizer_dir, server)
-    err = Console(stderr=True)
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        disable=json or not err.is_terminal,
-    )
+    bar = progress_bar(json, transient=False, eta=True)
     try:
         with _sigterm_as_interrupt(), bar:
             manifest = build_index(corpus_dir, output, options, counter, BarProgress(bar))

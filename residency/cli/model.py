@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from residency.cli.options import JsonOption
 from residency.corpus.samples import REPO_ROOT
 
 app = typer.Typer(no_args_is_help=True, help="Build the local models vLLM serves offline.")
@@ -34,7 +35,8 @@ def build_model(name: ModelName, out: Path) -> Path:
         from residency.models.smollm2 import build_smollm2
 
         return build_smollm2(out)
-    from residency.tiny_model import DENSE_SPEC, HYBRID_SPEC, build_tiny_model, ensure_tokenizer
+    from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
+    from residency.models.tokenizer import ensure_tokenizer
 
     tokenizer = ensure_tokenizer(REPO_ROOT, REPO_ROOT / ".cache" / "tiny-models")
     spec = DENSE_SPEC if name == "tiny-dense" else HYBRID_SPEC
@@ -54,7 +56,7 @@ def build(
         Path | None,
         typer.Option(help="Model directory to write (default: under .cache/).", show_default=False),
     ] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json: JsonOption = False,
 ) -> None:
     """Build a model directory once (content-addressed, atomic); print where it is."""
     target = out if out is not None else default_dir(name)

@@ -10,26 +10,20 @@ import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
 
 from planner import Reserves
 from planner.units import GiB
-from residency.capacity_report import (
+from residency.capacity.report import (
     DEFAULT_MODEL,
     DEFAULT_PROFILE,
     CapacityReport,
     CapacityRequest,
     build_capacity_report,
 )
-from residency.cli.options import DEFAULT_SAMPLE_NAME, SampleOption
-from residency.cli.progress import BarProgress
+from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
+from residency.cli.output import echo_json
+from residency.cli.progress import BarProgress, progress_bar
 from residency.corpus.samples import get_sample
 from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan
@@ -194,7 +188,7 @@ def plan(
             help="Only the capacity and budget; no residency plan.", rich_help_panel=_PLAN
         ),
     ] = False,
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json: JsonOption = False,
 ) -> None:
     """Measure the host's KV-cache capacity, derive the resident budget, and choose the resident
     sections (plan.json)."""
@@ -231,7 +225,7 @@ def plan(
     if capacity_only:
         report = build_capacity_report(request)
         if json:
-            typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+            echo_json(report)
         else:
             render(report, Console())
         return
@@ -247,16 +241,9 @@ def plan(
         pins=tuple(pin or ()),
         excludes=tuple(exclude or ()),
     )
-    err = Console(stderr=True)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    ) as bar:
+    with progress_bar(False, eta=True, terminal_only=False) as bar:
         report, plan = run_plan(job, BarProgress(bar))
+    err = bar.console
     write_plan(plan, output)
     for warning in job.warnings:
         err.print(f"[yellow]warning:[/] {escape(warning)}")

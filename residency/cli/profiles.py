@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import orjson
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from planner.units import GiB
-from residency.profiles import (
+from residency.capacity.profiles import (
     gpu_profile_names,
     load_gpu_profile,
     model_profile_names,
     resolve_model,
 )
+from residency.cli.options import JsonOption
 
 
 def profiles(
-    json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    json: JsonOption = False,
 ) -> None:
     """List GPU profiles (--profile) and model profiles (--model)."""
     gpus = [load_gpu_profile(n) for n in gpu_profile_names()]

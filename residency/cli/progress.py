@@ -1,8 +1,17 @@
-"""The rich progress bar the CLI draws for long library phases (`BuildProgress`)."""
+"""The progress bar the CLI draws on stderr for long library phases (`BuildProgress`)."""
 
 from __future__ import annotations
 
-from rich.progress import Progress, TaskID
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
 
 class BarProgress:
@@ -20,3 +29,24 @@ class BarProgress:
         """Move the current bar."""
         if self._task is not None:
             self._bar.advance(self._task, steps)
+
+
+def progress_bar(
+    json: bool, *, transient: bool = True, eta: bool = False, terminal_only: bool = True
+) -> Progress:
+    """A bar on stderr (description, bar, done/total, and the time left with `eta`), hidden
+    under --json and, with `terminal_only`, when stderr is not a terminal."""
+    err = Console(stderr=True)
+    columns: list[ProgressColumn] = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+    ]
+    if eta:
+        columns.append(TimeRemainingColumn())
+    return Progress(
+        *columns,
+        console=err,
+        transient=transient,
+        disable=json or (terminal_only and not err.is_terminal),
+    )

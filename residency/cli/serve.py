@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from residency.cli.options import PlanOption
 from residency.errors import ConfigError
 from residency.serve.settings import PrunerOptions, RetrieverName, ServeSettings
 
@@ -17,9 +18,7 @@ _PRUNE = "Pruner"
 
 
 def serve(
-    plan: Annotated[Path, typer.Option(help="plan.json from `residency plan`.")] = Path(
-        "plan.json"
-    ),
+    plan: PlanOption = Path("plan.json"),
     upstream: Annotated[
         list[str] | None,
         typer.Option(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
@@ -14,17 +13,17 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from residency.cli.options import PlanOption, VllmApiKeyOption
 from residency.planning.plan_model import ResidencyPlan, read_plan
-from residency.warm import WarmOptions, WarmReport
+from residency.warm import WarmOptions, WarmReport, WatchEvent, WatchSettings, watch
 from residency.warm import warm as run_warm
-from residency.warm_watch import WatchEvent, WatchSettings, watch
 
 EXIT_NOT_CACHED = 2
 _WATCH = "Keep warm (--watch)"
 
 
 def warm(
-    plan: Annotated[Path, typer.Option(help="plan.json from `residency plan`.")],
+    plan: PlanOption,
     server: Annotated[
         str, typer.Option(help="Base URL of the vLLM server.")
     ] = "http://127.0.0.1:8000",
@@ -49,9 +48,7 @@ def warm(
             "max_model_len and prefix hash are still checked).",
         ),
     ] = False,
-    api_key: Annotated[
-        str | None, typer.Option(envvar="VLLM_API_KEY", help="Bearer token (vLLM --api-key).")
-    ] = None,
+    api_key: VllmApiKeyOption = None,
     watch_: Annotated[
         bool,
         typer.Option(

@@ -1,4 +1,8 @@
-"""The corpus layer: files into sections with stable ids, sections into chunks."""
+"""The corpus layer: files into sections with stable ids, sections into chunks (semantic chunking
+embeds with retrieval's embedders), the built-in samples and the SQuAD importer.
+
+May import: the cross-cutting modules, retrieval.
+"""
 
 from __future__ import annotations
 

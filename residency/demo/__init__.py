@@ -1,5 +1,9 @@
 """`residency demo`: the whole product on a CPU-only machine, from a local model to real answers
-and the TTFT picture, within a time budget."""
+and the TTFT picture, within a time budget; it runs every stage in order.
+
+May import: planner, the cross-cutting modules, bench, capacity, corpus, eval, index, models,
+planning, retrieval, serve, timex, warm.
+"""
 
 from residency.demo.questions import QuestionResult
 from residency.demo.report import DemoOptions, DemoReport, StepResult

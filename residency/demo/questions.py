@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import UpstreamError
-from residency.eval_retrieval import load_questions
+from residency.eval.questions import load_questions
 from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan
 from residency.query_log import read_query_log

@@ -28,7 +28,7 @@ import orjson
 from residency.atomic import write_bytes_atomic
 from residency.bench import BenchOptions, coverage_vs_budget, plot_bench, run_bench, write_report
 from residency.bench.ttft import salt_ids, salted, text_token_ids
-from residency.capacity_report import CapacityRequest
+from residency.capacity.report import CapacityRequest
 from residency.corpus.samples import EN_SAMPLE, JA_SAMPLE, REPO_ROOT, SampleCorpus
 from residency.demo.budget import (
     PROBE_TOKENS,
@@ -46,9 +46,10 @@ from residency.index import build_index
 from residency.launcher import ManagedServer, free_port, vllm_command, vllm_env
 from residency.machine import machine_info
 from residency.models import smollm2
+from residency.models.tiny import DENSE_SPEC, build_tiny_model
+from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan, sample_index_options
-from residency.tiny_model import DENSE_SPEC, build_tiny_model, ensure_tokenizer
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 from residency.warm import WarmOptions, warm

@@ -1,4 +1,8 @@
-"""The on-disk index: build it atomically from a corpus, open it, search it section by section."""
+"""The index: build it atomically from a corpus (chunks, BM25, dense vectors, manifest), open it,
+search it section by section. The index directory is what every later stage reads.
+
+May import: the cross-cutting modules, corpus, retrieval.
+"""
 
 from __future__ import annotations
 

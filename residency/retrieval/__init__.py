@@ -1,4 +1,8 @@
-"""Hybrid retrieval for the non-resident part of a corpus: BM25, dense, and their RRF fusion."""
+"""Hybrid retrieval for the non-resident part of a corpus: the `Retriever` protocol, BM25, dense,
+and their RRF fusion (a pure function over ranked lists).
+
+May import: the cross-cutting modules.
+"""
 
 from __future__ import annotations
 

@@ -20,9 +20,9 @@ from residency.errors import ConfigError
 from residency.index import Index
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
-from residency.pruner import Passage, PruneResult, PrunerSettings, prune
 from residency.routing import ChunkHit, decide_route
 from residency.serve.prompt import ContextBlock
+from residency.serve.pruner import Passage, PruneResult, PrunerSettings, prune
 from residency.serve.settings import RetrieverName, ServeSettings
 from residency.timex import Period, resolve_period, select_dated
 

@@ -47,6 +47,8 @@ ja-timex (`ja_timex_rules`, rule "ja-timex"):
 Not resolved (None): no time expression, "13月", a bare 5日 (often a count, not a date), a
 yearless 1/2 (often a fraction), 3日後 / 来月 (the future is not asked about), times of day.
 An impossible day with a month (2025年2月29日) reads as that month.
+
+May import: the cross-cutting modules, corpus.
 """
 
 from residency.timex.period import Period

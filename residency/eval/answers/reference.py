@@ -33,7 +33,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 
-from residency.eval_answers.records import UNKNOWN_TYPE, Outcome
+from residency.eval.answers.records import UNKNOWN_TYPE, Outcome
 
 CORRECT_F1 = 0.5
 PARTIAL_F1 = 0.2

@@ -38,14 +38,14 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.corpus.model import Chunk, Section
-from residency.eval_retrieval import UNTYPED, Question
+from residency.eval.questions import UNTYPED, Question
+from residency.eval.traffic import TrafficStats
 from residency.index import Index, manifest_hash
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_section
 from residency.retrieval import FusedHit
 from residency.routing import DEFAULT_HEDGE, DEFAULT_MARGIN, Route, decide_route
 from residency.tokenizer import ModelTokenizer
-from residency.traffic import TrafficStats
 
 DEFAULT_PREFETCH = 40
 RAG_BASELINE_KS = (3, 5)

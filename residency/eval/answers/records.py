@@ -4,12 +4,11 @@ out (jsonl), and the per-strategy / per-type summaries of the report (`--json`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from residency.errors import ConfigError, CorpusError
+from residency.eval.questions import read_records
 from residency.machine import MachineInfo
 
 StrategyName = Literal["rag", "whole", "residency"]
@@ -62,29 +61,13 @@ class AnswerQuestion(BaseModel):
 
 
 def load_answer_questions(path: Path) -> list[AnswerQuestion]:
-    """Every question of a jsonl file; a bad line is a CorpusError naming file:line."""
-    try:
-        raw_lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"--questions {path}: cannot read ({exc.strerror})") from None
-    questions: list[AnswerQuestion] = []
-    for line_no, line in enumerate(raw_lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = orjson.loads(line)
-            if isinstance(raw, dict) and not raw.get("id"):
-                raw = {**raw, "id": f"line {line_no}"}
-            questions.append(AnswerQuestion.model_validate(raw))
-        except orjson.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"]) or "line"
-            raise CorpusError(f"{path}:{line_no}: {loc}: {err['msg']}") from None
-    if not questions:
-        raise CorpusError(f"--questions {path} holds no questions")
-    return questions
+    """Every question of a jsonl file (an id-less one is 'line N'); a bad line is a CorpusError
+    naming file:line."""
+    return read_records(path, AnswerQuestion, _default_id)
+
+
+def _default_id(raw: dict[str, Any], line_no: int) -> dict[str, Any]:
+    return raw if raw.get("id") else {**raw, "id": f"line {line_no}"}
 
 
 class Grade(BaseModel):

@@ -19,7 +19,7 @@ import orjson
 from pydantic import ValidationError
 
 from residency.errors import ResidencyError, UpstreamError
-from residency.eval_answers.records import Grade
+from residency.eval.answers.records import Grade
 from residency.vllm_client import VllmClient
 
 DEFAULT_JUDGE_MAX_TOKENS = 64

@@ -18,10 +18,11 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from residency.atomic import append_line
-from residency.errors import ConfigError, CorpusError
+from residency.errors import ConfigError
+from residency.eval.questions import UNTYPED, Question
 from residency.index import Index, manifest_hash
 
 K_VALUES = (1, 3, 5, 10)
@@ -36,7 +37,6 @@ METRICS: dict[str, str] = {
     "MRR@10": "mrr_at_10",
     "nDCG@10": "ndcg_at_10",
 }
-UNTYPED = "untyped"
 HISTORY_FILE = "eval-history.jsonl"
 
 
@@ -74,42 +74,6 @@ def ndcg_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float
     dcg = sum(1.0 / math.log2(r + 1) for r, d in enumerate(ranked[:k], 1) if d in relevant)
     ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(set(relevant)), k) + 1))
     return dcg / ideal
-
-
-class Question(BaseModel):
-    """One line of a questions file (other fields, e.g. answer, are ignored)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    query: str = Field(min_length=1, max_length=100_000, pattern=r"\S", description="Question.")
-    relevant_ids: tuple[str, ...] = Field(
-        max_length=10_000, description="Gold section ids; empty: not answerable from the corpus."
-    )
-    type: str | None = Field(default=None, max_length=128, description="Question type.")
-    id: str | None = Field(default=None, max_length=1024, description="Question id.")
-
-
-def load_questions(path: Path) -> list[Question]:
-    """Every question of a jsonl file; a bad line is a CorpusError naming file:line."""
-    try:
-        raw_lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"--questions {path}: cannot read ({exc.strerror})") from None
-    questions: list[Question] = []
-    for line_no, line in enumerate(raw_lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            questions.append(Question.model_validate(orjson.loads(line)))
-        except orjson.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"]) or "line"
-            raise CorpusError(f"{path}:{line_no}: {loc}: {err['msg']}") from None
-    if not questions:
-        raise CorpusError(f"--questions {path} holds no questions")
-    return questions
 
 
 class MetricSet(BaseModel):

@@ -1,14 +1,13 @@
-"""`residency warm`: check a vLLM server against a plan, prefill the prompt prefix every request
-shares, and prove with vLLM's own numbers that it is cached.
+"""Check a vLLM server against a plan before warming it: the served model, max_model_len, prefix
+caching, the tokenizer (the plan's prefix hash recomputed through `/tokenize`), and the token-id
+prompt every request shares.
 
 What every request shares is not the prefix text but its chat-template rendering up to the start
 of the user's content. `/tokenize` renders two requests that differ only in the question (and one
 that adds a second system message, as retrieved chunks may come); the longest common prefix of
-their token ids is the prompt warm sends, as token ids, to `/v1/completions` (max_tokens=1). vLLM
-caches only full blocks and recomputes the last prompt token, so a C-token prompt leaves
-floor((C - 1) / B) * B tokens cached (block size B); e.g. C = 29,318, B = 128: 29,312. Hybrid
-models (align mode) may need to see a prefix more than once before it is admitted, so warm
-re-sends until a send hits, within `max_sightings`.
+their token ids is the prompt warm sends. vLLM caches only full blocks and recomputes the last
+prompt token, so a C-token prompt leaves floor((C - 1) / B) * B tokens cached (block size B);
+e.g. C = 29,318, B = 128: 29,312.
 """
 
 from __future__ import annotations
@@ -20,13 +19,13 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from residency.capacity.profiles import ModelProfile, model_profile_names, profiles_dir
 from residency.errors import ConfigError, UpstreamError, UpstreamMismatchError
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import hash_token_ids
-from residency.profiles import ModelProfile, model_profile_names, profiles_dir
-from residency.vllm_client import TTFT_METHOD, SendResult, ServedModel, VllmClient, wait_for_health
+from residency.vllm_client import ServedModel, VllmClient
 
 # Request shapes the router sends: the question alone, or retrieved chunks in a second system
 # message before it. Their common token prefix is what warm may prefill.
@@ -35,43 +34,6 @@ _SHAPES: tuple[tuple[tuple[str, str], ...], ...] = (
     (("user", "B"),),
     (("system", "A"), ("user", "B")),
 )
-
-
-class WarmOptions(BaseModel):
-    """How `residency warm` talks to the server and how hard it tries."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    server: str = Field(min_length=1, description="--server: the vLLM base URL.")
-    timeout_s: float = Field(default=120.0, gt=0, description="--timeout: wait for /health.")
-    request_timeout_s: float = Field(default=300.0, gt=0, description="--request-timeout.")
-    max_sightings: int = Field(default=4, ge=0, le=64, description="--max-sightings.")
-    allow_model_mismatch: bool = Field(default=False, description="--allow-model-mismatch.")
-    api_key: str | None = Field(default=None, description="--api-key (Bearer token).")
-
-
-class WarmReport(BaseModel):
-    """What `residency warm` did and what vLLM says about it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    server: str = Field(description="--server URL.")
-    served_model: str = Field(description="/v1/models id.")
-    prefix_hash: str = Field(description="plan.prefix.hash, recomputed through /tokenize.")
-    prefix_tokens: int = Field(ge=0, description="Tokens of plan.prefix.text (no special tokens).")
-    shared_prefix_tokens: int = Field(
-        ge=1, description="Chat-rendered tokens every request shares."
-    )
-    block_size: int = Field(ge=1, description="The server's block_size (vllm:cache_config_info).")
-    expected_cached_tokens: int = Field(ge=0, description="floor((shared - 1) / block) * block.")
-    cached_tokens: int = Field(ge=0, description="Cached tokens of the last send.")
-    resident: bool = Field(description="The last send hit the expected cached tokens.")
-    sightings: int = Field(ge=0, description="Sends before the one that hit (0: already resident).")
-    cold_ttft_s: float = Field(ge=0, description="TTFT of the first send (the prefill).")
-    warm_ttft_s: float = Field(ge=0, description="TTFT of the last send (the probe).")
-    ttft_method: str = Field(default=TTFT_METHOD, description="How TTFT is measured.")
-    sends: tuple[SendResult, ...] = Field(description="Every send, in order.")
-    warnings: tuple[str, ...] = Field(default=(), description="Things that did not stop warm.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +50,6 @@ class WarmTarget:
     def expected_cached_tokens(self) -> int:
         """Full blocks before the last prompt token (vLLM always recomputes that one)."""
         return (len(self.prompt_ids) - 1) // self.block_size * self.block_size
-
-
-def open_client(options: WarmOptions) -> VllmClient:
-    """The client of `options.server` (one request may take `request_timeout_s`)."""
-    return VllmClient(options.server, timeout_s=options.request_timeout_s, api_key=options.api_key)
 
 
 def model_names(plan_model: str) -> set[str]:
@@ -215,46 +172,3 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> list[int]:
             break
         n += 1
     return list(a[:n])
-
-
-def admit(client: VllmClient, target: WarmTarget, max_sightings: int) -> list[SendResult]:
-    """Send the prefix until a send hits the expected cached tokens: at most max_sightings + 1."""
-    sends: list[SendResult] = []
-    for _ in range(max_sightings + 1):
-        sends.append(client.prefill(target.served_model, target.prompt_ids))
-        if sends[-1].hit_tokens() >= target.expected_cached_tokens:
-            break
-    return sends
-
-
-def build_report(
-    client: VllmClient, plan: ResidencyPlan, target: WarmTarget, sends: Sequence[SendResult]
-) -> WarmReport:
-    """The WarmReport of a finished admit()."""
-    last = sends[-1]
-    resident = last.hit_tokens() >= target.expected_cached_tokens
-    return WarmReport(
-        server=client.base_url,
-        served_model=target.served_model,
-        prefix_hash=plan.prefix.hash,
-        prefix_tokens=target.prefix_tokens,
-        shared_prefix_tokens=len(target.prompt_ids),
-        block_size=target.block_size,
-        expected_cached_tokens=target.expected_cached_tokens,
-        cached_tokens=last.hit_tokens(),
-        resident=resident,
-        sightings=len(sends) - 1 if resident else len(sends),
-        cold_ttft_s=sends[0].ttft_s,
-        warm_ttft_s=last.ttft_s,
-        sends=tuple(sends),
-        warnings=target.warnings,
-    )
-
-
-def warm(plan: ResidencyPlan, options: WarmOptions) -> WarmReport:
-    """Wait for the server, check it against the plan, prefill and verify the shared prefix."""
-    with open_client(options) as client:
-        wait_for_health(client, options.timeout_s)
-        target = check_server(plan, client, options.allow_model_mismatch)
-        sends = admit(client, target, options.max_sightings)
-        return build_report(client, plan, target, sends)

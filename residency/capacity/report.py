@@ -18,9 +18,9 @@ from planner import (
     plan_capacity,
 )
 from planner.units import KVCacheDType, MambaDType
+from residency.capacity.gpu import read_live_gpu
+from residency.capacity.profiles import ResolvedModel, load_gpu_profile, resolve_model
 from residency.errors import ConfigError, ProfileError
-from residency.gpu import read_live_gpu
-from residency.profiles import ResolvedModel, load_gpu_profile, resolve_model
 from residency.vllm_client import VllmClient
 
 DEFAULT_PROFILE = "rtx4070-12gb"

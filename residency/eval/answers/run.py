@@ -13,7 +13,7 @@ import orjson
 
 from residency.atomic import append_line, write_bytes_atomic
 from residency.errors import ConfigError
-from residency.eval_answers.generate import (
+from residency.eval.answers.generate import (
     AnswerStrategy,
     Endpoint,
     RagStrategy,
@@ -22,8 +22,8 @@ from residency.eval_answers.generate import (
     whole_skip_reason,
     whole_text,
 )
-from residency.eval_answers.judge import DEFAULT_JUDGE_MAX_TOKENS, Judge, JudgeError
-from residency.eval_answers.records import (
+from residency.eval.answers.judge import DEFAULT_JUDGE_MAX_TOKENS, Judge, JudgeError
+from residency.eval.answers.records import (
     STRATEGIES,
     AnswerEvalReport,
     AnswerQuestion,
@@ -33,7 +33,7 @@ from residency.eval_answers.records import (
     StrategyName,
     StrategyReport,
 )
-from residency.eval_answers.report import build_record, strategy_report
+from residency.eval.answers.report import build_record, strategy_report
 from residency.index import BuildProgress, Index
 from residency.machine import machine_info
 from residency.planning.plan_model import read_plan

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from residency.eval_answers.records import (
+from residency.eval.answers.records import (
     OTHER_TYPE,
     QUESTION_TYPES,
     UNKNOWN_TYPE,

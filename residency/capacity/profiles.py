@@ -19,7 +19,7 @@ PROFILES_ENV = "RESIDENCY_PROFILES_DIR"
 def profiles_dir() -> Path:
     """`$RESIDENCY_PROFILES_DIR`, else the `profiles/` folder beside the package."""
     override = os.environ.get(PROFILES_ENV)
-    return Path(override) if override else Path(__file__).resolve().parent.parent / "profiles"
+    return Path(override) if override else Path(__file__).resolve().parents[2] / "profiles"
 
 
 class GpuProfile(BaseModel):

@@ -23,15 +23,23 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
-from residency.coverage_runs import COVERAGE_CACHE, squad_corpus, squad_index
 from residency.errors import ConfigError, CorpusError
-from residency.eval_retrieval import Question, load_questions
+from residency.eval.coverage_runs import COVERAGE_CACHE, squad_corpus, squad_index
+from residency.eval.questions import Question, load_questions
 from residency.index import BuildProgress, Index, open_index
 from residency.machine import MachineInfo, machine_info
+from residency.models.tiny import STAMP_FILE
+from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.run import CACHE_DIR, REPO_ROOT, sample_index
-from residency.pruner import PRUNER_FLAG, Passage, PruneResult, PrunerSettings, keep_ids, prune_sync
 from residency.routing import DEFAULT_K
-from residency.tiny_model import STAMP_FILE, ensure_tokenizer
+from residency.serve.pruner import (
+    PRUNER_FLAG,
+    Passage,
+    PruneResult,
+    PrunerSettings,
+    keep_ids,
+    prune_sync,
+)
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import ConfigError
-from residency.eval_retrieval import Question
+from residency.eval.questions import Question
 from residency.query_log import LogEntry
 
 DEFAULT_ZIPF_S = 1.1

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 from residency.corpus.model import Chunk, Section
 from residency.errors import UpstreamError
-from residency.eval_answers.records import AnswerQuestion, StrategyName
-from residency.eval_answers.scoring import evidence_visible
+from residency.eval.answers.records import AnswerQuestion, StrategyName
+from residency.eval.answers.scoring import evidence_visible
 from residency.index import Index
 from residency.planning.prefix import render_passage, render_prefix
 from residency.prompt_language import PromptLanguage

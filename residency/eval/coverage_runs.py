@@ -16,24 +16,24 @@ from pathlib import Path
 
 from residency.corpus.squad import import_squad
 from residency.errors import ConfigError
-from residency.eval_coverage import (
+from residency.eval.coverage import (
     DEFAULT_PREFETCH,
     RAG_BASELINE_KS,
     CoverageReport,
     ResidentSet,
     evaluate_coverage,
 )
-from residency.eval_retrieval import load_questions
+from residency.eval.questions import load_questions
+from residency.eval.traffic import TrafficOptions, simulate_traffic
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
 from residency.index.manifest import MANIFEST_FILE, read_manifest
+from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, LogSummary, Strategy, read_plan
 from residency.planning.run import CACHE_DIR, REPO_ROOT
 from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
-from residency.tiny_model import ensure_tokenizer
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
-from residency.traffic import TrafficOptions, simulate_traffic
 
 COVERAGE_CACHE = CACHE_DIR / "coverage"
 SIM_BLOCK_SIZE = 16

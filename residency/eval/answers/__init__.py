@@ -1,9 +1,14 @@
-"""Answer-quality evaluation: rag, whole-text and residency answers graded 0/1/2 by an LLM judge."""
+"""Answer-quality evaluation (`residency eval answers`): rag, whole-text and residency answers,
+scored by the reference scorer and optionally an LLM judge, 0/1/2 per question type.
+
+May import: planner, the cross-cutting modules, corpus, index, models, planning, retrieval,
+serve, timex.
+"""
 
 from __future__ import annotations
 
-from residency.eval_answers.judge import Judge, JudgeError, grade_schema, parse_grade
-from residency.eval_answers.records import (
+from residency.eval.answers.judge import Judge, JudgeError, grade_schema, parse_grade
+from residency.eval.answers.records import (
     OTHER_TYPE,
     QUESTION_TYPES,
     STRATEGIES,
@@ -15,8 +20,8 @@ from residency.eval_answers.records import (
     StrategyReport,
     load_answer_questions,
 )
-from residency.eval_answers.run import AnswerEvalJob, default_strategies, run_answer_eval
-from residency.eval_answers.scoring import judge_verdict, score_group, summarize, summarize_by_type
+from residency.eval.answers.run import AnswerEvalJob, default_strategies, run_answer_eval
+from residency.eval.answers.scoring import judge_verdict, score_group, summarize, summarize_by_type
 
 __all__ = [
     "OTHER_TYPE",

@@ -6,16 +6,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from residency.eval_answers.generate import Attempt
-from residency.eval_answers.records import (
+from residency.eval.answers.generate import Attempt
+from residency.eval.answers.records import (
     AnswerQuestion,
     AnswerRecord,
     Grade,
     StrategyName,
     StrategyReport,
 )
-from residency.eval_answers.reference import score_reference
-from residency.eval_answers.scoring import (
+from residency.eval.answers.reference import score_reference
+from residency.eval.answers.scoring import (
     Verdict,
     error_verdict,
     evidence_share,

@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from residency.errors import ConfigError, UpstreamError, UpstreamMismatchError
 from residency.planning.plan_model import ResidencyPlan
 from residency.vllm_client import Backoff, SendResult, VllmClient
-from residency.warm import WarmOptions, WarmTarget, admit, check_server, open_client
+from residency.warm.prefill import WarmOptions, admit, open_client
+from residency.warm.verify import WarmTarget, check_server
 
 EventName = Literal[
     "warm", "miss", "rewarm", "down", "up", "mismatch", "error", "sleeping", "awake", "stop"
