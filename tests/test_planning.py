@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from residency_cli import run_cli
 
 from planner import InfeasiblePlanError
 from residency.errors import ConfigError
@@ -186,24 +185,17 @@ def test_cli_plan_writes_plan_json(index: Index, tokenizer_dir: Path, tmp_path: 
     log = tmp_path / "log.jsonl"
     log.write_text("\n".join(json.dumps(e.model_dump(mode="json")) for e in LOG), "utf-8")
     out = tmp_path / "plan.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "residency",
-            "plan",
-            "--index",
-            str(index.directory),
-            "--log",
-            str(log),
-            "--tokenizer-dir",
-            str(tokenizer_dir),
-            "-o",
-            str(out),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        "plan",
+        "--index",
+        str(index.directory),
+        "--log",
+        str(log),
+        "--tokenizer-dir",
+        str(tokenizer_dir),
+        "-o",
+        str(out),
+        "--json",
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -216,21 +208,14 @@ def test_cli_plan_writes_plan_json(index: Index, tokenizer_dir: Path, tmp_path: 
 
 
 def test_cli_plan_unknown_pin_is_one_line(index: Index, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "residency",
-            "plan",
-            "--index",
-            str(index.directory),
-            "--pin",
-            "faq#missing",
-            "-o",
-            str(tmp_path / "p.json"),
-        ],
-        capture_output=True,
-        text=True,
+    result = run_cli(
+        "plan",
+        "--index",
+        str(index.directory),
+        "--pin",
+        "faq#missing",
+        "-o",
+        str(tmp_path / "p.json"),
         timeout=120,
     )
     assert result.returncode == 1

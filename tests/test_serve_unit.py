@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 from pydantic import ValidationError
+from residency_cli import run_cli
 
 from residency.errors import ConfigError
 from residency.serve.prompt import (
@@ -187,12 +187,7 @@ async def _pool_scenario() -> None:
 
 
 def _serve_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "residency", "serve", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli("serve", *args, timeout=120)
 
 
 def test_a_taken_port_and_a_missing_plan_are_one_line_each(tmp_path: Path) -> None:

@@ -12,17 +12,15 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from residency_cli import run_cli
 from router_server import RouterProcess
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
 
@@ -31,10 +29,12 @@ from residency.index import IndexOptions, build_index, open_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
 from residency.query_log import read_query_log
 from residency.serve.context import ContextBuilder, Retrieval
+from residency.serve.headers import parse_retrieved_header
 from residency.serve.prompt import assemble_messages
 from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import parse_prometheus, sum_samples
+from residency.vllm_client.sse import DONE_DATA, data_events
 
 pytestmark = pytest.mark.vllm
 
@@ -43,17 +43,6 @@ JSQUAD = REPO_ROOT.parent / "shared/data/jsquad/valid-v1.3.json"
 TODAY = "2025-06-15"
 BLOCK = 128  # the CPU build's block size for the tiny dense model
 ROUTER_ARGS = ("--retriever", "bm25", "--today", TODAY)
-
-
-def run_cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python -m residency ARGS` as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "residency", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-    )
 
 
 def make_plan(server_url: str, index_dir: Path, out: Path, *extra: str) -> Path:
@@ -83,16 +72,14 @@ def chat(router: RouterProcess, question: str, **extra: Any) -> httpx.Response:
 
 
 def retrieved(response: httpx.Response) -> list[str]:
-    """Section ids of the X-Residency-Retrieved header."""
-    raw = response.headers["x-residency-retrieved"]
-    return [urllib.parse.unquote(s) for s in raw.split(",")] if raw else []
+    """Section ids of the X-Residency-Retrieved header (which must be there)."""
+    return list(parse_retrieved_header(response.headers["x-residency-retrieved"]))
 
 
 def sse_events(response: httpx.Response) -> Iterator[dict[str, Any] | str]:
     """Parsed 'data:' events of a streamed response ('[DONE]' as the string)."""
-    for line in response.iter_lines():
-        if line.startswith("data: "):
-            yield "[DONE]" if line == "data: [DONE]" else json.loads(line[6:])
+    for data in data_events(response.iter_bytes()):
+        yield "[DONE]" if data == DONE_DATA else json.loads(data)
 
 
 def log_records(router: RouterProcess, at_least: int = 1) -> list[dict[str, Any]]:

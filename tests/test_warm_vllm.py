@@ -21,11 +21,12 @@ from typing import Any
 
 import httpx
 import pytest
+from residency_cli import run_cli
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory, free_port
 
 from residency.index import IndexOptions, build_index
 from residency.tokenizer import LocalTokenizer
-from residency.vllm_client import Backoff, ServedModel, parse_prometheus, sum_samples
+from residency.vllm_client import Backoff, ServedModel, VllmClient, parse_prometheus, sum_samples
 from residency.warm import WarmTarget, served_matches
 
 CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
@@ -36,17 +37,6 @@ WARM_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-pref
 SMALL_MAX_MODEL_LEN = 8192
 SMALL_KV_BLOCKS = 80
 FILLER_TOKENS = 8000
-
-
-def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """`python -m residency ARGS` as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "residency", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-    )
 
 
 @pytest.mark.parametrize(
@@ -144,12 +134,11 @@ def chat_cached_tokens(server_url: str, messages: list[dict[str, str]]) -> int:
 
 def reset_prefix_cache(server_url: str) -> None:
     """POST /reset_prefix_cache until vLLM reports success (it refuses while blocks are in use)."""
-    for _ in range(50):
-        response = httpx.post(f"{server_url}/reset_prefix_cache", timeout=30)
-        response.raise_for_status()
-        if response.json().get("success", True):
-            return
-        time.sleep(0.2)
+    with VllmClient(server_url, timeout_s=30) as client:
+        for _ in range(50):
+            if client.reset_prefix_cache():
+                return
+            time.sleep(0.2)
     raise AssertionError(f"{server_url}/reset_prefix_cache never succeeded")
 
 

@@ -27,6 +27,7 @@ from residency.normalize import NORMALIZATION_VERSION
 from residency.retrieval.embedders import Embedder, Vectors, l2_normalize
 from residency.retrieval.protocol import Hit, check_k
 from residency.retrieval.sparse import check_ids
+from residency.retrieval.stored import check_query_side, read_meta
 
 INDEX_FILE = "dense.faiss"
 META_FILE = "dense.meta.json"
@@ -171,17 +172,10 @@ class DenseRetriever:
     @classmethod
     def load(cls, directory: Path, embedder: Embedder) -> DenseRetriever:
         """Read an index written by `save`; refuse one built with another embedder."""
-        meta_path = directory / META_FILE
-        if not meta_path.is_file():
-            raise ConfigError(f"no dense index in {str(directory)!r} ({META_FILE} missing)")
-        meta = DenseMeta.model_validate_json(meta_path.read_bytes())
-        if meta.embedder != embedder.name or meta.normalization != NORMALIZATION_VERSION:
-            raise ConfigError(
-                f"dense index in {str(directory)!r} was built with embedder {meta.embedder!r} "
-                f"and normalisation {meta.normalization!r}; this query side uses "
-                f"{embedder.name!r} and {NORMALIZATION_VERSION!r} (rebuild the index or "
-                f"pass the index's embedder)"
-            )
+        meta = read_meta(directory, META_FILE, DenseMeta, "dense")
+        check_query_side(
+            directory, "dense", "embedder", meta.embedder, meta.normalization, embedder.name
+        )
         index: Any = faiss.read_index(str(directory / INDEX_FILE))
         if meta.index_kind == "hnsw-ip":
             index.hnsw.efSearch = HNSW_EF_SEARCH  # the search effort is ours, not the file's

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from residency.errors import ConfigError, CorpusError
 from residency.normalize import NORMALIZATION_VERSION
 from residency.retrieval.protocol import Hit, check_k
+from residency.retrieval.stored import check_query_side, read_meta
 from residency.retrieval.tokenize_ja import Tokenizer
 
 META_FILE = "bm25.meta.json"
@@ -261,16 +262,9 @@ class BM25Retriever:
         prune_min_df: int = PRUNE_MIN_DF,
     ) -> BM25Retriever:
         """Read an index written by `save`; refuse one built with another tokenizer."""
-        meta_path = directory / META_FILE
-        if not meta_path.is_file():
-            raise ConfigError(f"no BM25 index in {str(directory)!r} ({META_FILE} missing)")
-        meta = Bm25Meta.model_validate_json(meta_path.read_bytes())
-        if meta.tokenizer != tokenizer.name or meta.normalization != NORMALIZATION_VERSION:
-            raise ConfigError(
-                f"BM25 index in {str(directory)!r} was built with tokenizer {meta.tokenizer!r} "
-                f"and normalisation {meta.normalization!r}; this query side uses "
-                f"{tokenizer.name!r} and {NORMALIZATION_VERSION!r} (rebuild the index or "
-                f"pass the index's tokenizer)"
-            )
+        meta = read_meta(directory, META_FILE, Bm25Meta, "BM25")
+        check_query_side(
+            directory, "BM25", "tokenizer", meta.tokenizer, meta.normalization, tokenizer.name
+        )
         model = bm25s.BM25.load(directory, mmap=mmap, show_progress=False, **_BM25S_FILES)
         return cls(meta.ids, model, tokenizer, prune_min_df)

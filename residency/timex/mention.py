@@ -4,7 +4,8 @@ it, and how to resolve it against a reference day (the rule modules produce thes
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from residency.timex.occurrences import Span, Yearly, most_recent
@@ -43,3 +44,19 @@ def recent(yearly: Yearly, fallback: Yearly | None = None) -> Resolver:
         return span
 
     return resolve
+
+
+# A rule: a pattern, and what one of its matches means (None: the match is not a time).
+Build = Callable[[re.Match[str], dt.date], "Mention | None"]
+Rule = tuple[re.Pattern[str], Build]
+
+
+def find_mentions(rules: Sequence[Rule], text: str, today: dt.date) -> list[Mention]:
+    """Every match of every rule in `text` (overlaps are settled by the caller)."""
+    found: list[Mention] = []
+    for pattern, build in rules:
+        for m in pattern.finditer(text):
+            mention = build(m, today)
+            if mention is not None:
+                found.append(mention)
+    return found

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
 from functools import partial
 
 from residency.timex import occurrences as occ
-from residency.timex.mention import Mention, fixed, recent
+from residency.timex.mention import Build, Mention, Rule, find_mentions, fixed, recent
 
 _MONTH_NAMES = "January February March April May June July August September October November "
 _MONTH_NAMES += "December"
@@ -24,8 +23,6 @@ _LAST = {"last", "previous", "past"}
 _ORD = r"(?:st|nd|rd|th)?"
 # A bare "May" is the month only after a word that introduces a date ("from March to May").
 _MAY_CONTEXT = re.compile(r"\b(?:to|and|until|till|through|from|between|since)\s+$", re.I)
-
-Build = Callable[[re.Match[str], dt.date], Mention | None]
 
 
 def _qualified(m: re.Match[str], today: dt.date, rule: str, yearly: occ.Yearly) -> Mention:
@@ -145,7 +142,7 @@ def _rx(pattern: str) -> re.Pattern[str]:
 
 _UNIT = r"(?P<unit>day|week|month|year)"
 _COUNT = r"(?P<n>\d{1,9}|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
-_RULES: tuple[tuple[re.Pattern[str], Build], ...] = (
+_RULES: tuple[Rule, ...] = (
     (_rx(r"\bnew year['’]?s eve\b"), _new_years_eve),
     (
         _rx(r"\b(?:the )?year[- ]?end (?:and|&) new year(?:['’]?s)?(?: holidays?)?\b"),
@@ -193,10 +190,4 @@ _RULES: tuple[tuple[re.Pattern[str], Build], ...] = (
 
 def find_en(text: str, today: dt.date) -> list[Mention]:
     """Every match of every English rule in `text` (overlaps are settled by the caller)."""
-    found: list[Mention] = []
-    for pattern, build in _RULES:
-        for m in pattern.finditer(text):
-            mention = build(m, today)
-            if mention is not None:
-                found.append(mention)
-    return found
+    return find_mentions(_RULES, text, today)

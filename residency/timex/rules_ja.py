@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
 from functools import partial
 
 from residency.timex import occurrences as occ
-from residency.timex.mention import Mention, fixed, recent
+from residency.timex.mention import Build, Mention, Rule, find_mentions, fixed, recent
 
 _REL_YEARS = {"今年": 0, "本年": 0, "去年": 1, "昨年": 1, "一昨年": 2, "おととし": 2}
 _ERA_BASE = {"令和": 2018, "平成": 1988}  # 令和元年 = 2019, 平成元年 = 1989
@@ -21,8 +20,6 @@ _SEASON_FOLLOW = r"(?=[にのはもでをがと頃季期場先、。,.?!~〜\s-]
 _SEASONS = {"春": "spring", "夏": "summer", "秋": "autumn", "冬": "winter"}
 _FISCAL = {"今年度": 0, "本年度": 0, "昨年度": 1, "前年度": 1, "一昨年度": 2}
 _DAYS_BACK = {"おととい": 2, "昨夜": 1, "昨晩": 1, "昨夕": 1}
-
-Build = Callable[[re.Match[str], dt.date], Mention | None]
 
 
 def _anchor_year(m: re.Match[str], today: dt.date) -> int | None:
@@ -103,7 +100,7 @@ def _days_back(m: re.Match[str], today: dt.date) -> Mention:
     return Mention(m.start(), m.end(), "relative-day", fixed(span))
 
 
-_RULES: tuple[tuple[re.Pattern[str], Build], ...] = (
+_RULES: tuple[Rule, ...] = (
     (
         _anchored("年末年始", suffix="末年始"),
         _named(occ.YEAR_END_NEW_YEAR, "nenmatsu-nenshi", bare_year_end=True),
@@ -138,10 +135,4 @@ _RULES: tuple[tuple[re.Pattern[str], Build], ...] = (
 
 def find_ja(text: str, today: dt.date) -> list[Mention]:
     """Every match of every Japanese rule in `text` (overlaps are settled by the caller)."""
-    found: list[Mention] = []
-    for pattern, build in _RULES:
-        for m in pattern.finditer(text):
-            mention = build(m, today)
-            if mention is not None:
-                found.append(mention)
-    return found
+    return find_mentions(_RULES, text, today)

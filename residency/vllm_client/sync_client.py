@@ -81,10 +81,13 @@ class VllmClient:
         path: str,
         payload: dict[str, Any] | None = None,
         timeout_s: float | None = None,
+        *,
+        ok_only: bool = True,
     ) -> httpx.Response:
+        """One request; an error status raises `RefusedError` unless `ok_only` is False."""
         content = orjson.dumps(payload) if payload is not None else None
         try:
-            return self._http.request(
+            response = self._http.request(
                 method,
                 self.url(path),
                 content=content,
@@ -93,16 +96,7 @@ class VllmClient:
             )
         except httpx.HTTPError as exc:
             raise transport_error(self.where, path, exc) from None
-
-    def _ok(
-        self,
-        method: str,
-        path: str,
-        payload: dict[str, Any] | None = None,
-        timeout_s: float | None = None,
-    ) -> httpx.Response:
-        response = self._send(method, path, payload, timeout_s)
-        if response.status_code != 200:
+        if ok_only and response.status_code != 200:
             raise status_error(self.where, path, response.status_code, response.content)
         return response
 
@@ -168,7 +162,7 @@ class VllmClient:
     def models(self) -> list[ServedModel]:
         """The served models (`/v1/models`)."""
         path = endpoints.MODELS
-        body = self._json(path, self._ok("GET", path, timeout_s=self._read_timeout()))
+        body = self._json(path, self._send("GET", path, timeout_s=self._read_timeout()))
         data = body.get("data") if isinstance(body, dict) else None
         if not isinstance(data, list) or not data:
             raise UpstreamError(f"{self.where}: {path} lists no model")
@@ -176,7 +170,7 @@ class VllmClient:
 
     def metrics(self) -> list[Sample]:
         """All samples of `/metrics`."""
-        response = self._ok("GET", endpoints.METRICS, timeout_s=self._read_timeout())
+        response = self._send("GET", endpoints.METRICS, timeout_s=self._read_timeout())
         return parse_prometheus(response.text)
 
     def cache_config_info(self) -> dict[str, str]:
@@ -202,7 +196,7 @@ class VllmClient:
         """`/reset_prefix_cache` (dev mode only): True when vLLM emptied the cache (it refuses
         while blocks are in use)."""
         path = endpoints.RESET_PREFIX_CACHE
-        response = self._ok("POST", path)
+        response = self._send("POST", path)
         try:
             body = orjson.loads(response.content)
         except orjson.JSONDecodeError:
@@ -213,7 +207,7 @@ class VllmClient:
 
     def _tokens(self, payload: dict[str, Any]) -> list[int]:
         path = endpoints.TOKENIZE
-        body = self._json(path, self._ok("POST", path, payload))
+        body = self._json(path, self._send("POST", path, payload))
         tokens = body.get("tokens") if isinstance(body, dict) else None
         if not isinstance(tokens, list):
             raise UpstreamError(f"{self.where}: {path} returned no tokens")
@@ -277,7 +271,7 @@ class VllmClient:
     def complete_chat(self, payload: dict[str, Any]) -> Completion:
         """POST a non-streaming chat request; the first choice's content and finish reason."""
         path = endpoints.CHAT
-        response = self._ok("POST", path, {**payload, "stream": False})
+        response = self._send("POST", path, {**payload, "stream": False})
         try:
             return completion_of(response.content)
         except ValueError:
@@ -287,7 +281,7 @@ class VllmClient:
 
     def chat_response(self, payload: dict[str, Any], timeout_s: float | None = None) -> RawAnswer:
         """POST a chat request and return the answer as it came, whatever its status."""
-        response = self._send("POST", endpoints.CHAT, payload, timeout_s)
+        response = self._send("POST", endpoints.CHAT, payload, timeout_s, ok_only=False)
         return RawAnswer(
             response.status_code,
             response.content,
