@@ -38,7 +38,7 @@ pids+=($!)
 ROUTER="http://127.0.0.1:$ROUTER_PORT"
 wait_health "$ROUTER"
 "${R[@]}" eval answers --sample harbor-lights-en --generator "$VLLM" --judge "$VLLM" \
-    --router "$ROUTER" --plan "$OUT/plan-en.json" --strategy rag --strategy whole \
+    --router "$ROUTER" --plan "$OUT/plan-en.json" --strategy echo --strategy rag --strategy whole \
     --strategy residency --k 3 --k 5 --max-tokens 64 --records "$OUT/answers-en.jsonl" \
     --json > "$OUT/answers-en.json"
 "${R[@]}" eval prune --sample harbor-lights-en --pruner-url "$VLLM" --k 5 --limit 65 \
