@@ -227,7 +227,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps) -> dict[str, A
                 server=vllm.url, platform="cpu", max_model_len=options.max_model_len
             ),
             index_dir=index_dir,
-            log=SAMPLE_LOG,
+            logs=(str(SAMPLE_LOG),),
         )
         _, plan = run_plan(job)
         write_plan(plan, plan_path)

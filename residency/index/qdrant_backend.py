@@ -41,6 +41,16 @@ class QdrantBackend:
         self.options = options
         self.search: QdrantSearch | None = None  # set by `open`
 
+    def describe(self) -> str:
+        """'LOCATION collection C, vector V, fusion F' (the collection once opened)."""
+        where = self.options.location
+        if self.search is None:
+            return where
+        s = self.search
+        return (
+            f"{where} collection {s.collection}, vector {s.vector_name}, fusion {s.options.fusion}"
+        )
+
     def collection_of(self, index: Index) -> str:
         """--collection, or the index directory's name."""
         name = self.options.collection or default_collection(index.directory)

@@ -216,6 +216,10 @@ class RetrievalBackend(Protocol):
 
     name: str
 
+    def describe(self) -> str:
+        """Where it searches, for reports (e.g. the Qdrant location and collection)."""
+        ...
+
     def open(
         self,
         index: Index,

@@ -151,6 +151,7 @@ class QdrantSearch:
         self.collection = collection
         self.vector_name = vector_name
         self.record = record
+        self.fusion = options.fusion
         self.embedder = embedder
         self.tokenizer = tokenizer
         self.unknown_hits = 0  # chunk ids the collection returned but the index lacks
