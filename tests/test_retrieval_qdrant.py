@@ -191,6 +191,9 @@ def test_upload_is_idempotent_and_writes_only_what_changed(
     third = upload(source_from_index(index), options, options.collection, "dense")
     assert (third.uploaded, third.deleted) == (2, 1)  # fog changed, radio new; paint gone
     assert third.unchanged == third.chunks - 2 - third.payload_updated
+    assert third.payload_updated > 0  # the notes moved up in corpus order
+    fourth = upload(source_from_index(index), options, options.collection, "dense")
+    assert fourth.unchanged == fourth.chunks  # the payload updates took
 
 
 def test_same_ids_as_the_in_process_backend(
@@ -431,3 +434,17 @@ def test_jsquad_recall_and_mrr_through_qdrant_equal_in_process(
         for metric in ("R@1", "R@3", "R@5", "R@10", "MRR@10"):
             assert abs(theirs.value(metric) - mine.value(metric)) <= 0.005, (name, metric)
     assert local.retrievers["hybrid"].overall.recall_at_10 > 0.95  # a real retrieval, not noise
+
+
+def test_qdrant_rrf_with_unequal_weights_fuses_on_the_server(
+    index_dir: Path, tmp_path: Path, drop_collections: list[QdrantOptions]
+) -> None:
+    options = uploaded(index_dir, target("wrrf", tmp_path, fusion="qdrant-rrf"), drop_collections)
+    hybrid = open_index(index_dir, backend=QdrantBackend(options)).retrievers().hybrid
+    assert hybrid.weights == {"dense": 0.3, "bm25": 0.7}
+    hits = hybrid.search("霧笛はいつ鳴る？", 3)
+    # Qdrant's weighted term for rank r is 1 / (r / w + k - 1): the best bm25 hit alone scores
+    # 1 / (1 / 0.7 + 60) at k = 61; fused hits carry each path's rank.
+    assert len(hits) == 3
+    assert hits[0].score >= 1 / (1 / 0.7 + 60) - 1e-9
+    assert all(h.ranks for h in hits)

@@ -255,6 +255,12 @@ class QdrantSearch:
         if fused is not None:
             weights, rrf_k, k = fused
             w = [float(weights.get("dense", 1.0)), float(weights.get("bm25", 1.0))]
+            if w[0] != w[1] and "weights" not in models.Rrf.model_fields:
+                raise ConfigError(
+                    f"--qdrant-fusion qdrant-rrf with weights dense {w[0]:g} : bm25 {w[1]:g} "
+                    "needs a qdrant-client (and server) with weighted RRF; upgrade it, or use "
+                    "--qdrant-fusion rrf"
+                )
             requests.append(
                 models.QueryRequest(
                     prefetch=[

@@ -148,8 +148,13 @@ def connect(options: QdrantOptions) -> QdrantClient:
             f"--qdrant needs qdrant-client; install it with: {QDRANT_INSTALL}"
         ) from exc
     if options.is_server:
+        # No background version probe: it warns from a thread when the server is down, and a
+        # failing call already says what failed (`backend_errors`).
         return QdrantClient(
-            url=options.location, api_key=options.api_key, timeout=options.timeout_s
+            url=options.location,
+            api_key=options.api_key,
+            timeout=options.timeout_s,
+            check_compatibility=False,
         )
     if options.location == ":memory:":
         return QdrantClient(location=":memory:")
