@@ -375,6 +375,37 @@ def test_index_to_qdrant_then_eval_through_it_matches_in_process(
     assert a["retrievers"] == b["retrievers"]
 
 
+def test_plan_attribution_through_qdrant_chooses_what_in_process_does(
+    index_dir: Path, tmp_path: Path, drop_collections: list[QdrantOptions]
+) -> None:
+    options = uploaded(index_dir, target("plan", tmp_path), drop_collections)
+    assert options.collection is not None
+    log = tmp_path / "log.jsonl"
+    log.write_text(
+        "\n".join(json.dumps({"query": q, "count": n}, ensure_ascii=False)
+                  for n, q in enumerate(QUERIES, 1)),
+        encoding="utf-8",
+    )  # fmt: skip
+    plans = {}
+    for name, extra in {
+        "in-process": (),
+        "qdrant": ("--retriever", "qdrant", "--qdrant", options.location,
+                   "--collection", options.collection),
+    }.items():  # fmt: skip
+        out = tmp_path / f"plan-{name}.json"
+        done = run_cli(
+            "plan", "--index", str(index_dir), "--log", str(log), "-o", str(out),
+            "--reserve-retrieved", "30000", *extra,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        plans[name] = json.loads(out.read_text(encoding="utf-8"))
+    a, b = plans["in-process"], plans["qdrant"]
+    assert [(r["id"], r["probability"]) for r in a["resident"]] == [
+        (r["id"], r["probability"]) for r in b["resident"]
+    ]
+    assert a["prefix"]["hash"] == b["prefix"]["hash"]
+
+
 def test_retriever_qdrant_without_a_location_is_one_line(index_dir: Path, tmp_path: Path) -> None:
     out = run_cli(
         "eval", "retrieval", "--index", str(index_dir), "--questions", str(tmp_path / "q.jsonl"),
