@@ -33,7 +33,7 @@ from residency.planning.prefix import (
     PrefixEncoder,
     ServerPrefixEncoder,
 )
-from residency.query_log import LogEntry, read_query_log
+from residency.query_log import LogEntry, merge_by_time, read_query_log
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 
 DEFAULT_BUDGET_FRACTIONS: tuple[float, ...] = (0.125, 0.25, 0.5, 0.75, 1.0)
@@ -99,8 +99,9 @@ def coverage_vs_budget(
         )
     notes: list[str] = []
     entries: tuple[LogEntry, ...] = ()
-    if plan.log.path and Path(plan.log.path).is_file():
-        entries = read_query_log(Path(plan.log.path)).entries
+    paths = [f.path for f in plan.log.files] or ([plan.log.path] if plan.log.path else [])
+    if paths and all(Path(p).is_file() for p in paths):
+        entries = merge_by_time([read_query_log(Path(p)) for p in paths]).entries
     else:
         notes.append("the plan's query log is not readable here: density-only planning")
     mass = log_mass(index, entries) if entries else {}

@@ -30,6 +30,14 @@ from residency.capacity_report import (
 )
 from residency.cli.options import DEFAULT_SAMPLE_NAME, SampleOption
 from residency.cli.progress import BarProgress
+from residency.cli.qdrant_options import (
+    FusionChoice,
+    QdrantApiKey,
+    QdrantCollection,
+    QdrantFusion,
+    QdrantLocation,
+    qdrant_backend,
+)
 from residency.corpus.samples import get_sample
 from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan
@@ -147,10 +155,11 @@ def plan(
     ] = None,
     sample: SampleOption = DEFAULT_SAMPLE_NAME,
     log: Annotated[
-        Path | None,
+        list[str] | None,
         typer.Option(
-            help="Query log (jsonl: query, count, ts); none: density-only planning. "
-            "Default with the sample corpus: its queries.jsonl.",
+            help="Query log (jsonl: query, count, ts); repeatable, and globs (quoted: "
+            "'logs/router-*.jsonl') merge several routers' logs by timestamp; none: "
+            "density-only planning. Default with the sample corpus: its queries.jsonl.",
             rich_help_panel=_PLAN,
         ),
     ] = None,
@@ -194,6 +203,18 @@ def plan(
             help="Only the capacity and budget; no residency plan.", rich_help_panel=_PLAN
         ),
     ] = False,
+    retriever: Annotated[
+        str,
+        typer.Option(
+            help="Log attribution: hybrid (the index's own BM25 + dense) or qdrant (the same "
+            "fusion over the index's Qdrant collection, --qdrant).",
+            rich_help_panel=_PLAN,
+        ),
+    ] = "hybrid",
+    qdrant: QdrantLocation = None,
+    collection: QdrantCollection = None,
+    qdrant_api_key: QdrantApiKey = None,
+    qdrant_fusion: QdrantFusion = FusionChoice.rrf,
     json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Measure the host's KV-cache capacity, derive the resident budget, and choose the resident
@@ -237,11 +258,13 @@ def plan(
         return
     if strategy not in STRATEGIES:
         raise typer.BadParameter(f"one of {', '.join(STRATEGIES)}", param_hint="--strategy")
+    backend = qdrant_backend(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
     job = PlanJob(
         capacity=request,
         index_dir=index,
         sample=get_sample(sample),
-        log=log,
+        logs=tuple(log or ()),
+        backend=backend,
         tokenizer_dir=tokenizer_dir,
         strategy=strategy,  # type: ignore[arg-type]
         pins=tuple(pin or ()),
@@ -304,7 +327,7 @@ def render_plan(plan: ResidencyPlan, path: Path, console: Console) -> None:
     )
     console.print(
         f"prefix {pre.hash[:23]}… ({pre.hash_of}, {pre.tokenizer}); "
-        f"log: {plan.log.total_count} questions; written to {path}"
+        f"log: {plan.log.total_count} questions{plan.log.describe_files()}; written to {path}"
     )
 
 

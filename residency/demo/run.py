@@ -246,7 +246,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
                 server=vllm.url, platform="cpu", max_model_len=served.max_model_len
             ),
             index_dir=index_dir,
-            log=served.sample.queries,
+            logs=(str(served.sample.queries),),
             tokenizer_dir=served.tokenizer_dir,
         )
         _, plan = run_plan(job)
