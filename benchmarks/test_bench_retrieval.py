@@ -133,7 +133,7 @@ def test_dense_search_vector_100k_hnsw(
 def rank_metrics(
     lists: Sequence[Sequence[Hit] | Sequence[FusedHit]], gold: Sequence[str]
 ) -> dict[str, float]:
-    """Recall@{1,3,5,10} and MRR@10 with one gold id per query (residency.eval_retrieval)."""
+    """Recall@{1,3,5,10} and MRR@10 with one gold id per query (residency.eval.retrieval)."""
     rows = [
         question_metrics([h.id for h in hits], {g}) for hits, g in zip(lists, gold, strict=True)
     ]

@@ -5,6 +5,7 @@
     ├── ProfileError                    unknown / malformed GPU or model profile, config.json
     ├── CorpusError                     unreadable corpus files, bad lines, duplicate ids
     ├── GpuError                        no NVIDIA driver / pynvml for ``--gpu auto``
+    ├── BackendError                    a retrieval backend (Qdrant) that cannot be reached
     └── UpstreamError                   a vLLM server that cannot be reached or answers badly
         └── UpstreamMismatchError       the server serves another model / tokenizer / length
 
@@ -42,6 +43,10 @@ class GpuError(ResidencyError):
     """The live GPU cannot be read (no NVIDIA driver, no pynvml)."""
 
 
+class BackendError(ResidencyError):
+    """A retrieval backend (a Qdrant server or local path) cannot be reached or opened."""
+
+
 class UpstreamError(ResidencyError):
     """A vLLM server cannot be reached or answers something unexpected."""
 
@@ -54,6 +59,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (ResidencyError, PlannerError)
 
 __all__ = [
     "USER_ERRORS",
+    "BackendError",
     "CapacityError",
     "ConfigError",
     "CorpusError",

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import glob
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from residency.atomic import append_line
-from residency.errors import CorpusError
+from residency.errors import ConfigError, CorpusError
 
 
 class LogEntry(BaseModel):
@@ -63,6 +65,43 @@ def read_query_log(path: Path) -> LogRead:
             err = exc.errors()[0]
             skipped.append(f"{path}:{number}: {'.'.join(map(str, err['loc']))}: {err['msg']}")
     return LogRead(entries=tuple(entries), skipped=tuple(skipped))
+
+
+def expand_log_patterns(patterns: Sequence[str]) -> list[Path]:
+    """Each ``--log`` as a file or a glob (``logs/router-*.jsonl``), in order, each file once.
+
+    A literal path that does not exist, or a glob that matches nothing, is a ConfigError: a
+    replica's log silently missing from a plan is what merging many logs must not do.
+    """
+    out: dict[Path, Path] = {}
+    for pattern in patterns:
+        if glob.has_magic(pattern):
+            matched = sorted(Path(p) for p in glob.glob(pattern, recursive=True))
+            matched = [p for p in matched if p.is_file()]
+            if not matched:
+                raise ConfigError(f"--log {pattern!r} matches no file")
+        else:
+            if not Path(pattern).is_file():
+                raise ConfigError(f"--log {pattern}: no such file")
+            matched = [Path(pattern)]
+        for path in matched:
+            out.setdefault(path.resolve(), path)
+    return list(out.values())
+
+
+def _when(entry: LogEntry) -> tuple[bool, dt.datetime]:
+    """Sort key: dated entries first by UTC time (naive = UTC), undated after, in file order."""
+    if entry.ts is None:
+        return True, dt.datetime.min.replace(tzinfo=dt.UTC)
+    ts = entry.ts if entry.ts.tzinfo is not None else entry.ts.replace(tzinfo=dt.UTC)
+    return False, ts
+
+
+def merge_by_time(reads: Sequence[LogRead]) -> LogRead:
+    """Several logs as one, ordered by timestamp (a stable sort: ties keep --log order)."""
+    entries = [e for r in reads for e in r.entries]
+    entries.sort(key=_when)
+    return LogRead(entries=tuple(entries), skipped=tuple(s for r in reads for s in r.skipped))
 
 
 def append_log_record(path: Path, record: BaseModel) -> None:

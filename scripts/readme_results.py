@@ -1,8 +1,11 @@
-"""Regenerate the README's "Results" section from a pytest-benchmark JSON and a demo run.
+"""Regenerate the README's "Results" section from pytest-benchmark JSON, a demo run and the
+real-model answer evaluation.
 
-    python scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out
+    python scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out \
+        --answers .benchmarks/answers-en.json --prune .benchmarks/prune-en.json
 
-(--bench repeats: later files replace same-named benchmarks.)
+(--bench repeats: later files replace same-named benchmarks; each table names the machine of
+the file its figures came from.)
 Replaces everything between `<!-- results:begin -->` and `<!-- results:end -->`; copies the
 demo's picture to docs/demo-ttft.png. Figures are printed as measured, targets beside them.
 """
@@ -26,6 +29,7 @@ def _bench(data: dict[str, Any], name: str) -> list[dict[str, Any]]:
 
 
 def _machine(data: dict[str, Any]) -> str:
+    """A pytest-benchmark file's machine: CPU, cores, Python, date."""
     m = data.get("machine_info", {})
     cpu = m.get("cpu", {})
     brand = cpu.get("brand_raw") or m.get("processor") or "unknown CPU"
@@ -34,13 +38,29 @@ def _machine(data: dict[str, Any]) -> str:
     return f"{brand}, {cores} cores, no GPU; Python {python}; {data.get('datetime', '')[:10]}"
 
 
+def _report_machine(report: dict[str, Any]) -> str:
+    """A residency report's `machine` (MachineInfo) as one phrase."""
+    m = report.get("machine") or {}
+    if not m:
+        return "machine not recorded"
+    ram = f", {m['memory_gib']:.0f} GiB RAM" if m.get("memory_gib") else ""
+    isa = f" ({m['vector_isa']})" if m.get("vector_isa") else ""
+    return f"{m.get('cpu_model', '?')}{isa}, {m.get('cores', '?')} cores{ram}, no GPU"
+
+
+def _tag(data: dict[str, Any], b: dict[str, Any]) -> str:
+    """The machine a benchmark row was measured on (files can come from several runs)."""
+    return str(b.get("_machine") or _machine(data))
+
+
 def ttft_table(data: dict[str, Any]) -> list[str]:
     rows = _bench(data, "test_ttft_cold_vs_warm_by_length")
     if not rows:
         return []
     out = [
         "TTFT, uncached (a never-seen salted prefix) vs cached, vLLM CPU build, tiny models "
-        "(`benchmarks/test_bench_ttft.py`; medians; target warm/cold <= 0.10 at 16K+):",
+        f"(`benchmarks/test_bench_ttft.py`; medians; target warm/cold <= 0.10 at 16K+; "
+        f"measured on {_tag(data, rows[0])}):",
         "",
         "| model | prompt tokens | uncached TTFT | cached TTFT | cached / uncached |",
         "|---|---|---|---|---|",
@@ -62,7 +82,8 @@ def router_table(data: dict[str, Any]) -> list[str]:
         out += [
             "Router (`benchmarks/test_bench_router.py`): the same prompt sent to vLLM directly "
             f"and through `residency serve`, {i['pairs']} interleaved pairs, resident route, "
-            "BM25, non-streaming, max_tokens 1; overhead = router percentile − direct percentile:",
+            "BM25, non-streaming, max_tokens 1; overhead = router percentile − direct percentile "
+            f"(measured on {_tag(data, b)}):",
             "",
             "| figure | measured | target |",
             "|---|---|---|",
@@ -146,10 +167,11 @@ def other_table(data: dict[str, Any]) -> list[str]:
         "test_jsquad_coverage_comparison",
     )
     out = [
-        "Every other benchmark of the run (median wall time; scalar figures from `extra_info`):",
+        "Every other benchmark (median wall time; scalar figures from `extra_info`; the machine "
+        "column says where each was measured):",
         "",
-        "| benchmark | median | figures |",
-        "|---|---|---|",
+        "| benchmark | median | figures | machine |",
+        "|---|---|---|---|",
     ]
     for b in data["benchmarks"]:
         if b["name"].startswith(skip):
@@ -159,7 +181,8 @@ def other_table(data: dict[str, Any]) -> list[str]:
             for k, v in b["extra_info"].items()
             if _scalar(v)
         )
-        out.append(f"| `{b['name']}` | {b['stats']['median']:.4g} s | {figures[:400]} |")
+        where = _tag(data, b).split(";")[0]
+        out.append(f"| `{b['name']}` | {b['stats']['median']:.4g} s | {figures[:400]} | {where} |")
     return [*out, ""]
 
 
@@ -168,18 +191,25 @@ def demo_section(demo_dir: Path) -> list[str]:
     if not report_path.is_file():
         return []
     demo = json.loads(report_path.read_text("utf-8"))
-    out = ["`residency demo` (the run that drew the picture below):", ""]
+    model = demo.get("served_model") or "tiny"
+    out = [
+        f"`residency demo` (the run that drew the picture below; {model}, sample "
+        f"{demo.get('sample', 'harbor-lights')}; measured on {_report_machine(demo)}):",
+        "",
+    ]
     questions = demo.get("questions") or []
     if questions:
         out += [
-            "| question | route | retrieved | prompt tokens | cached tokens | TTFT |",
-            "|---|---|---|---|---|---|",
+            "| question | route | retrieved | answer (real, greedy, 64 tokens) | prompt tokens "
+            "| cached tokens | TTFT |",
+            "|---|---|---|---|---|---|---|",
         ]
         for q in questions:
             retrieved = ", ".join(q.get("retrieved_ids") or q.get("retrieved") or []) or "—"
+            answer = " ".join((q.get("answer") or "—").split()).replace("|", "/")
             out.append(
                 f"| {q.get('question') or q.get('query')} | {q.get('route')} | {retrieved} | "
-                f"{q.get('prompt_tokens')} | {q.get('cached_tokens')} | "
+                f"{answer} | {q.get('prompt_tokens')} | {q.get('cached_tokens')} | "
                 f"{(q.get('ttft_s') or 0):.3f} s |"
             )
         out.append("")
@@ -192,8 +222,104 @@ def demo_section(demo_dir: Path) -> list[str]:
         steps = ", ".join(
             f"{step['name']} {step.get('seconds', 0):.1f} s" for step in demo.get("steps", [])
         )
-        out += [f"The demo took {total:.0f} s end to end ({steps}).", ""]
+        budget = demo.get("time_budget_s")
+        within = f" of a {budget:.0f} s --time-budget" if budget else ""
+        out += [f"The demo took {total:.0f} s end to end{within} ({steps}).", ""]
+        prefill = demo.get("prefill")
+        if prefill:
+            probes = ", ".join(f"{n:,} tokens {t:.2f} s" for n, t in prefill["probes"])
+            scaled = "; ".join(demo.get("scaled_down") or ["nothing"])
+            out += [
+                f"Its prefill probe: {probes} cold ({prefill['tokens_per_s_at_2k']:,.0f} "
+                f"tokens/s at 2K); scaled down: {scaled}.",
+                "",
+            ]
     return out
+
+
+def _f(value: float | None, fmt: str = ".2f") -> str:
+    return "—" if value is None else format(value, fmt)
+
+
+def answers_section(path: Path | None) -> list[str]:
+    """The answer-quality tables of an `eval answers --json` report (reference scorer, judge)."""
+    if path is None or not path.is_file():
+        return []
+    report = json.loads(path.read_text("utf-8"))
+    s = report["settings"]
+    ran = [r for r in report["strategies"] if not r.get("skipped")]
+    skipped = [r for r in report["strategies"] if r.get("skipped")]
+    out = [
+        f"Answer quality with a real generator (`residency eval answers`, "
+        f"{report['evaluated']} questions of `{s['questions']}`, generator "
+        f"{s['generator_model']}, greedy, max_tokens {s['max_tokens']}; judge "
+        f"{s['judge_model'] or 'none'}; measured on {_report_machine(report)}). Reference "
+        "scorer: score /2 (token F1 of answerable questions in brackets; `unknown`: abstention "
+        "rate as score/2):",
+        "",
+        "| type | n | " + " | ".join(r["strategy"] for r in ran) + " |",
+        "|---|---|" + "---|" * len(ran),
+    ]
+    types = list(dict.fromkeys(t for r in ran for t in r["by_type"]))
+    for t in [*types, "overall"]:
+        cells = []
+        n = 0
+        for r in ran:
+            g = r["overall"] if t == "overall" else r["by_type"].get(t)
+            if g is None:
+                cells.append("—")
+                continue
+            n = max(n, g["questions"])
+            f1 = f" ({g['mean_f1']:.2f})" if g.get("mean_f1") is not None else ""
+            cells.append(f"{_f(g['mean_score'])}{f1}")
+        label = "**overall**" if t == "overall" else t
+        out.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
+    out += [
+        "",
+        "| strategy | evidence visible | score with / without evidence | truthfulness | "
+        "LLM judge /2 | prompt tokens | cached tokens | TTFT | routes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in ran:
+        share = r.get("evidence_visible_share")
+        judge = (r.get("judge_overall") or {}).get("mean_score")
+        routes = ", ".join(f"{k} {v}" for k, v in sorted(r["route_counts"].items()))
+        out.append(
+            f"| {r['strategy']} | {_f(share * 100 if share is not None else None, '.0f')}% | "
+            f"{_f(r.get('score_evidence_visible'))} / {_f(r.get('score_evidence_missing'))} | "
+            f"{_f(r['overall']['truthfulness'], '+.2f')} | {_f(judge)} | "
+            f"{_f(r['mean_prompt_tokens'], ',.0f')} | {_f(r['mean_cached_tokens'], ',.0f')} | "
+            f"{_f(r['mean_ttft_s'], '.3f')} s | {routes} |"
+        )
+    for r in skipped:
+        out += ["", f"`{r['strategy']}` did not run: {r['skipped']}."]
+    return [*out, ""]
+
+
+def prune_section(path: Path | None) -> list[str]:
+    """The pruner's rows of an `eval prune --json` report."""
+    if path is None or not path.is_file():
+        return []
+    report = json.loads(path.read_text("utf-8"))
+    s = report["settings"]
+    lat = report["latency"]
+    out = [
+        f"The listwise pruner with {s['model']} as grader (`residency eval prune`, "
+        f"{report['questions']} questions of `{s['source']}`, top-{s['k']} chunks, threshold "
+        f"{s['threshold']}, keep-top-k {s['keep_top_k']}; measured on "
+        f"{_report_machine(report)}; added latency p50 {lat['p50_s']:.2f} s, p95 "
+        f"{lat['p95_s']:.2f} s; {report['invalid_outputs']} invalid replies, "
+        f"{report['upstream_errors']} upstream errors):",
+        "",
+        "| kept set | chunks removed | characters removed | gold kept |",
+        "|---|---|---|---|",
+    ]
+    for row in report["rows"]:
+        out.append(
+            f"| {row['name']} | {row['removed_share']:.1%} | {row['removed_chars_share']:.1%} | "
+            f"{row['gold_kept']} of {row['gold_retrieved']} |"
+        )
+    return [*out, ""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,18 +331,28 @@ def main(argv: list[str] | None = None) -> int:
         help="pytest-benchmark JSON (repeatable; later files replace same-named benchmarks)",
     )
     parser.add_argument("--demo", type=Path, default=REPO / "demo-out")
+    parser.add_argument("--answers", type=Path, help="`eval answers --json` report")
+    parser.add_argument("--prune", type=Path, help="`eval prune --json` report")
     args = parser.parse_args(argv)
     args.bench = args.bench or [REPO / ".benchmarks/latest.json"]
     data = json.loads(args.bench[0].read_text("utf-8"))
+    for b in data["benchmarks"]:
+        b["_machine"] = _machine(data)
     for extra in args.bench[1:]:  # later runs replace same-named benchmarks
-        more = json.loads(extra.read_text("utf-8"))["benchmarks"]
+        file = json.loads(extra.read_text("utf-8"))
+        more = file["benchmarks"]
+        for b in more:
+            b["_machine"] = _machine(file)
         names = {b["fullname"] for b in more}
         data["benchmarks"] = [b for b in data["benchmarks"] if b["fullname"] not in names] + more
     lines = [
         BEGIN,
-        f"Machine: {_machine(data)}. Regenerate with `make results`.",
+        "Every figure names the machine it was measured on. Regenerate with `make results` "
+        "(and `make answers` for the real-model answer evaluation).",
         "",
         *demo_section(args.demo),
+        *answers_section(args.answers),
+        *prune_section(args.prune),
         *ttft_table(data),
         *router_table(data),
         *quality_tables(data),

@@ -2,7 +2,7 @@
 
 Models are built once into ``.cache/tiny-models/`` under the repository root (gitignored) and
 reused across runs while their spec and tokenizer are unchanged (content hash, see
-`residency.tiny_model`). The tokenizer is trained on the project's own corpus under
+`residency.models.tiny`). The tokenizer is trained on the project's own corpus under
 ``corpora/``. Servers run `python -m vllm.entrypoints.openai.api_server` from the interpreter
 running pytest (override with ``RESIDENCY_VLLM_PYTHON``); tests that need one carry
 ``@pytest.mark.vllm``.

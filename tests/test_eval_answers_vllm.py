@@ -1,7 +1,8 @@
 """`residency eval answers` against a real vLLM CPU server: the tiny random-weight model is both
 generator and judge. Its grades are meaningless; the plumbing is real: streamed answers with
-usage and cached tokens, JSON-schema-constrained verdicts, per-type aggregation, abstention
-rules, judge errors and generator errors that stay with their question.
+usage and cached tokens, the reference scorer on every answer, JSON-schema-constrained verdicts,
+per-type aggregation, abstention rules, judge errors and generator errors that stay with their
+question. (The real model's run is in test_real_model_vllm.py.)
 
 The judge server runs with `--structured-outputs-config '{"backend": "xgrammar",
 "disable_any_whitespace": true}'`: without it xgrammar lets a random model emit whitespace inside
@@ -22,6 +23,7 @@ from vllm_server import REPO_ROOT, VllmServer
 
 from residency.cli.eval_answers import answers
 from residency.eval.answers import AnswerEvalReport, AnswerRecord, judge_verdict, summarize
+from residency.eval.answers.reference import is_abstention
 from residency.index import IndexOptions, build_index
 from residency.tokenizer import LocalTokenizer
 
@@ -102,23 +104,28 @@ def test_rag_and_whole_graded_with_schema_output(
         "--questions", str(questions),
         "--index", str(small_index),
         "--generator", judge_server.base_url,
+        "--judge", judge_server.base_url,
         "--max-tokens", MAX_TOKENS,
         "--records", str(records_path),
         "--json",
     )  # fmt: skip
     assert code == 0, out
     report = AnswerEvalReport.model_validate(orjson.loads(out))
-    assert [s.strategy for s in report.strategies] == ["rag", "whole"]
+    assert [s.strategy for s in report.strategies] == ["echo", "rag-top3", "whole"]
     assert all(s.skipped is None for s in report.strategies)
     records = read_records(records_path)
-    assert len(records) == 2 * 6
-    for strategy in report.strategies:
+    assert len(records) == 3 * 6
+    echo = {r.question_id: r for r in records if r.strategy == "echo"}
+    # No model: the question is the answer, scored like any other; nothing was sent.
+    assert all(r.answer == r.query and r.prompt_tokens is None for r in echo.values())
+    assert echo["q066"].outcome == "hallucinated"  # restating is not abstaining
+    for strategy in report.strategies[1:]:
         mine = [r for r in records if r.strategy == strategy.strategy]
         by_id = {r.question_id: r for r in mine}
         # The huge question failed alone; the run went on and never scored it.
         huge = by_id["x-huge"]
-        assert huge.outcome == "generation_error"
-        assert huge.score is None
+        assert (huge.outcome, huge.judge_outcome) == ("generation_error", "generation_error")
+        assert (huge.score, huge.judge_score) == (None, None)
         assert "HTTP 400" in (huge.generation_error or "")
         answered = [r for r in mine if r.question_id != "x-huge"]
         # Constrained output parsed for every answer: no judge error, a grade on each.
@@ -126,7 +133,13 @@ def test_rag_and_whole_graded_with_schema_output(
         for r in answered:
             assert r.grade is not None
             verdict = judge_verdict(r.type, r.grade)
-            assert (r.outcome, r.score) == (verdict.outcome, verdict.score)
+            assert (r.judge_outcome, r.judge_score) == (verdict.outcome, verdict.score)
+            # The reference scorer needs no judge: its verdict follows from the text alone.
+            assert r.f1 is not None
+            assert r.answer is not None
+            assert (r.outcome == "correct") == (
+                is_abstention(r.answer) if r.type == "unknown" else r.f1 >= 0.5
+            )
             assert r.prompt_tokens is not None
             assert r.ttft_s is not None
             assert r.decode_s is not None
@@ -134,16 +147,21 @@ def test_rag_and_whole_graded_with_schema_output(
             assert 1 <= r.completion_tokens <= int(MAX_TOKENS)
         unknown = by_id["q066"]
         assert unknown.grade is not None
-        assert (unknown.outcome == "correct") or not unknown.grade.abstained
+        assert (unknown.judge_outcome == "correct") or not unknown.grade.abstained
         # Per-type aggregation: the six types' groups present, 'trivia' under 'other'.
         assert list(strategy.by_type) == ["simple", "detail", "timeline", "unknown", "other"]
         assert by_id["x-other"].type == "other"
+        assert strategy.judge_by_type is not None
         for group, summary in strategy.by_type.items():
             assert summary == summarize(r for r in mine if r.type == group)
+            assert strategy.judge_by_type[group] == summarize(
+                (r for r in mine if r.type == group), "judge"
+            )
         assert strategy.overall == summarize(mine)
+        assert strategy.judge_overall == summarize(mine, "judge")
         assert strategy.overall.graded == 5
         assert strategy.overall.generation_errors == 1
-    rag = {r.question_id: r for r in records if r.strategy == "rag"}
+    rag = {r.question_id: r for r in records if r.strategy == "rag-top3"}
     whole = {r.question_id: r for r in records if r.strategy == "whole"}
     assert all(1 <= len(r.retrieved_ids) <= 3 for r in rag.values())
     assert whole["q001"].evidence_visible is True  # both gold sections are in the slice
@@ -164,13 +182,14 @@ def test_unparsable_verdicts_are_judge_errors_not_zeros(
         "--questions", str(questions),
         "--index", str(small_index),
         "--generator", judge_server.base_url,
+        "--judge", judge_server.base_url,
         "--strategy", "rag",
         "--max-tokens", MAX_TOKENS,
         "--judge-max-tokens", "5",
         "--limit", "2",
     )  # fmt: skip
     assert code == 0, out
-    assert "rag: 2 judge answer(s) could not be used (judge_error)" in out
+    assert "rag-top3: 2 judge answer(s) could not be used (judge_error)" in out
     assert "truncated at max_tokens" in out
 
 

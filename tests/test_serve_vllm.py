@@ -552,7 +552,7 @@ def test_eval_answers_residency_strategy_goes_through_the_router(
         expected_visible = bool(gold & (resident | set(r["retrieved_ids"])))
         if gold:
             assert r["evidence_visible"] is expected_visible
-    assert {s["strategy"] for s in report["strategies"]} == {"residency", "rag"}
+    assert {s["strategy"] for s in report["strategies"]} == {"residency", "rag-top3"}
 
 
 def test_pruner_stage_grades_long_tail_passages_with_structured_output(

@@ -27,7 +27,7 @@ from residency.eval.questions import load_questions
 from residency.index import BuildProgress, Index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import ResidencyPlan, Strategy
-from residency.query_log import LogEntry, read_query_log
+from residency.query_log import LogEntry, merge_by_time, read_query_log
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 from residency.tokenizer import ApproxTokenizer, MemoTokenizer, ModelTokenizer, reopen_tokenizer
 
@@ -69,8 +69,9 @@ def coverage_vs_budget(
         )
     notes: list[str] = []
     entries: tuple[LogEntry, ...] = ()
-    if plan.log.path and Path(plan.log.path).is_file():
-        entries = read_query_log(Path(plan.log.path)).entries
+    paths = [f.path for f in plan.log.files] or ([plan.log.path] if plan.log.path else [])
+    if paths and all(Path(p).is_file() for p in paths):
+        entries = merge_by_time([read_query_log(Path(p)) for p in paths]).entries
     else:
         notes.append("the plan's query log is not readable here: density-only planning")
     mass = log_mass(index, entries) if entries else {}

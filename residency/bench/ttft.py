@@ -124,6 +124,22 @@ def salted(salt: Sequence[int], ids: Sequence[int]) -> list[int]:
     return [*salt, *ids][: len(ids)]
 
 
+def cold_ttfts(
+    client: VllmClient, model: str, text: str, lengths: Sequence[int], repeats: int = 1
+) -> dict[int, list[float]]:
+    """TTFT of `repeats` salted cold prefills of the first n tokens of `text`, for each n in
+    `lengths` (one short send first, so no timing carries the server's first-request setup)."""
+    ids = text_token_ids(client, model, text, max(lengths))
+    client.prefill(model, salted(salt_ids(client, model), ids[:64]))
+    return {
+        n: [
+            client.prefill(model, salted(salt_ids(client, model), ids[:n])).ttft_s
+            for _ in range(repeats)
+        ]
+        for n in lengths
+    }
+
+
 def measure_prompt(
     client: VllmClient,
     model: str,

@@ -13,6 +13,14 @@ from rich.table import Table
 from residency.cli.options import JsonOption
 from residency.cli.output import echo_json
 from residency.cli.progress import progress_bar
+from residency.cli.qdrant_options import (
+    FusionChoice,
+    QdrantApiKey,
+    QdrantCollection,
+    QdrantFusion,
+    QdrantLocation,
+    qdrant_backend,
+)
 from residency.errors import ConfigError
 from residency.eval.questions import load_questions
 from residency.eval.retrieval import (
@@ -79,10 +87,22 @@ def retrieval(
         typer.Option(help="Fusion weight NAME=W (repeatable), e.g. dense=0.3 bm25=0.7."),
     ] = None,
     json: JsonOption = False,
+    retriever: Annotated[
+        str,
+        typer.Option(
+            help="hybrid: the index's own BM25, dense and fusion (in process); qdrant: the same "
+            "three through the index's Qdrant collection (--qdrant)."
+        ),
+    ] = "hybrid",
+    qdrant: QdrantLocation = None,
+    collection: QdrantCollection = None,
+    qdrant_api_key: QdrantApiKey = None,
+    qdrant_fusion: QdrantFusion = FusionChoice.rrf,
 ) -> None:
     """Recall@1/3/5/10, MRR@10 and nDCG@10 of BM25, dense and the fusion, per question type."""
     budgets = [parse_budget(b) for b in (min_recall or [])]
-    opened = open_index(index, weights=_parse_weights(weight or []))
+    backend = qdrant_backend(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
+    opened = open_index(index, weights=_parse_weights(weight or []), backend=backend)
     qs = load_questions(questions)
     bar = progress_bar(json, transient=False)
     err = bar.console
@@ -134,6 +154,7 @@ def render(report: RetrievalEvalReport, history: Path, console: Console) -> None
     weights = ", ".join(f"{k} {v:g}" for k, v in s.weights.items())
     console.print(
         f"[bold]{report.evaluated}[/] questions evaluated on {escape(report.index_dir)} "
+        f"through {escape(s.backend)} "
         f"(embedder {s.embedder or 'none'}, BM25 {s.sparse_tokenizer}, chunks {s.chunker}; "
         f"RRF k={s.rrf_k}, prefetch {s.prefetch}, weights {weights}); section-level ranks",
         highlight=False,

@@ -56,8 +56,8 @@ def answers(
     strategy: Annotated[
         list[str] | None,
         typer.Option(
-            help="rag, whole or residency (repeatable; default rag + whole, + residency with "
-            "--router)."
+            help="echo (the question as its answer: the scorer's floor, no model), rag, whole or "
+            "residency (repeatable; default echo + rag + whole, + residency with --router)."
         ),
     ] = None,
     generator: Annotated[

@@ -18,13 +18,23 @@ from rich.table import Table
 
 from residency.cli.progress import BarProgress, progress_bar
 from residency.corpus.chunking import DEFAULT_CHUNK_CHARS, DEFAULT_CHUNK_OVERLAP, ChunkerSettings
+from residency.errors import ConfigError
 from residency.index import IndexManifest, IndexOptions, build_index
 from residency.index.manifest import DEFAULT_EMBEDDER, DEFAULT_SPARSE_TOKENIZER
+from residency.index.qdrant_source import source_from_index
+from residency.index.qdrant_upload import DEFAULT_BATCH, UploadReport, upload
+from residency.retrieval.qdrant_schema import (
+    DEFAULT_DENSE_VECTOR,
+    QdrantOptions,
+    check_name,
+    default_collection,
+)
 from residency.tokenizer import ServerTokenizer, open_tokenizer
 
 _COUNT = "Token counts (pick one; neither: approximate, labelled 'approx')"
 _RETRIEVAL = "Retrieval"
 _CHUNKS = "Chunking"
+_UPLOAD = "Upload (--to qdrant)"
 
 
 class ChunkerChoice(StrEnum):
@@ -107,8 +117,40 @@ def index(
         bool, typer.Option("--strict", help="Fail (write nothing) if any input would be skipped.")
     ] = False,
     json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
+    to: Annotated[
+        tuple[str, str] | None,
+        typer.Option(
+            metavar="qdrant URL|PATH",
+            help="Then upload the index into a Qdrant collection (server URL or local "
+            "directory); re-running uploads only what changed.",
+            rich_help_panel=_UPLOAD,
+        ),
+    ] = None,
+    collection: Annotated[
+        str | None,
+        typer.Option(
+            help="Collection (default: the index directory's name).", rich_help_panel=_UPLOAD
+        ),
+    ] = None,
+    vector_name: Annotated[
+        str,
+        typer.Option(
+            help="Named dense vector to write; a new name dual-writes another embedder "
+            "(embedding migration) beside the old one.",
+            rich_help_panel=_UPLOAD,
+        ),
+    ] = DEFAULT_DENSE_VECTOR,
+    batch_size: Annotated[
+        int, typer.Option(help="Points per upload request.", rich_help_panel=_UPLOAD)
+    ] = DEFAULT_BATCH,
+    qdrant_api_key: Annotated[
+        str | None,
+        typer.Option(envvar="QDRANT_API_KEY", help="Qdrant API key.", rich_help_panel=_UPLOAD),
+    ] = None,
 ) -> None:
-    """Index a corpus: sections, chunks, BM25 and dense vectors, with a manifest."""
+    """Index a corpus: sections, chunks, BM25 and dense vectors, with a manifest; optionally
+    upload it into Qdrant (--to qdrant URL|PATH)."""
+    target = _upload_target(to, collection, vector_name, qdrant_api_key, output)
     options = IndexOptions(
         embedder=embedder,
         dense=dense,
@@ -126,11 +168,72 @@ def index(
     finally:
         if isinstance(counter, ServerTokenizer):
             counter.close()
+    uploaded = None
+    if target is not None:
+        qdrant, name = target
+        with progress_bar(json, transient=False, eta=True) as upload_bar:
+            source = source_from_index(output)
+            progress = BarProgress(upload_bar)
+            uploaded = upload(source, qdrant, name, vector_name, batch_size, progress)
     if json:
         payload = {"index_dir": str(output.resolve()), **manifest.model_dump(mode="json")}
+        if uploaded is not None:
+            payload["qdrant"] = uploaded.model_dump(mode="json")
         typer.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
     else:
         render(manifest, output, Console())
+        if uploaded is not None:
+            render_upload(uploaded, Console())
+
+
+def _upload_target(
+    to: tuple[str, str] | None,
+    collection: str | None,
+    vector_name: str,
+    api_key: str | None,
+    output: Path,
+) -> tuple[QdrantOptions, str] | None:
+    """(options, collection) for --to qdrant LOCATION, checked before the build starts."""
+    if to is None:
+        return None
+    kind, location = to
+    if kind != "qdrant":
+        raise ConfigError(f"--to {kind} {location}: the only target is qdrant (--to qdrant URL)")
+    check_name(vector_name, "--vector-name")
+    name = check_name(collection or default_collection(output), "--collection")
+    return QdrantOptions(location=location, collection=name, api_key=api_key), name
+
+
+def render_upload(report: UploadReport, console: Console) -> None:
+    """What the upload wrote, and the BM25 avgdl drift when the corpus has moved."""
+    table = Table(
+        title=f"Qdrant {report.collection} at {report.location} ({report.seconds:.1f} s)",
+        title_justify="left",
+        show_header=False,
+    )
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    created = " (created)" if report.created_collection or report.created_vector else ""
+    table.add_row("dense vector", report.vector_name + created)
+    rows = {
+        "chunks": report.chunks,
+        "uploaded": report.uploaded,
+        "backfilled (vector only)": report.backfilled,
+        "payload updated": report.payload_updated,
+        "deleted": report.deleted,
+        "unchanged": report.unchanged,
+    }
+    for label, value in rows.items():
+        table.add_row(label, f"{value:,}")
+    console.print(table)
+    drift = report.avgdl_index / report.avgdl_collection - 1
+    if abs(drift) > 0.01:
+        console.print(
+            f"[yellow]BM25 avgdl drift:[/] the collection keeps {report.avgdl_collection:.1f} "
+            f"(fixed at creation), this index has {report.avgdl_index:.1f} ({drift:+.1%}); "
+            "length normalisation differs from in-process BM25 by that much: upload into a new "
+            "--collection to refresh it"
+        )
 
 
 def render(manifest: IndexManifest, output: Path, console: Console) -> None:

@@ -9,6 +9,14 @@ from typing import Annotated
 import typer
 
 from residency.cli.options import PlanOption
+from residency.cli.qdrant_options import (
+    FusionChoice,
+    QdrantApiKey,
+    QdrantCollection,
+    QdrantFusion,
+    QdrantLocation,
+    qdrant_options,
+)
 from residency.errors import ConfigError
 from residency.serve.settings import PrunerOptions, RetrieverName, ServeSettings
 
@@ -81,7 +89,11 @@ def serve(
     ] = 1,
     retriever: Annotated[
         str,
-        typer.Option(help="hybrid (dense + BM25, fused), bm25 or dense.", rich_help_panel=_ROUTE),
+        typer.Option(
+            help="hybrid (dense + BM25, fused), bm25, dense (in process), or qdrant (the "
+            "same fusion over the index's Qdrant collection, see --qdrant).",
+            rich_help_panel=_ROUTE,
+        ),
     ] = "hybrid",
     today: Annotated[
         str | None,
@@ -126,10 +138,15 @@ def serve(
     request_timeout: Annotated[
         float, typer.Option(help="Seconds one upstream request may take.")
     ] = 600.0,
+    qdrant: QdrantLocation = None,
+    collection: QdrantCollection = None,
+    qdrant_api_key: QdrantApiKey = None,
+    qdrant_fusion: QdrantFusion = FusionChoice.rrf,
 ) -> None:
     """Serve /v1/chat/completions and /v1/completions with the resident prefix first."""
-    if retriever not in ("hybrid", "bm25", "dense"):
-        raise ConfigError(f"--retriever {retriever!r}: choose hybrid, bm25 or dense")
+    if retriever not in ("hybrid", "bm25", "dense", "qdrant"):
+        raise ConfigError(f"--retriever {retriever!r}: choose hybrid, bm25, dense or qdrant")
+    qdrant_settings = qdrant_options(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
     try:
         day = dt.date.fromisoformat(today) if today else None
     except ValueError:
@@ -148,6 +165,7 @@ def serve(
         margin=margin,
         hedge=hedge,
         retriever=retriever_name,
+        qdrant=qdrant_settings,
         today=day,
         max_dated=max_dated,
         pruner=PrunerOptions(

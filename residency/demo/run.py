@@ -27,7 +27,7 @@ import orjson
 
 from residency.atomic import write_bytes_atomic
 from residency.bench import BenchOptions, coverage_vs_budget, plot_bench, run_bench, write_report
-from residency.bench.ttft import salt_ids, salted, text_token_ids
+from residency.bench.ttft import cold_ttfts
 from residency.capacity.report import CapacityRequest
 from residency.corpus.samples import EN_SAMPLE, JA_SAMPLE, REPO_ROOT, SampleCorpus
 from residency.demo.budget import (
@@ -181,13 +181,8 @@ def measure_prefill(url: str, model: str, sample: SampleCorpus) -> PrefillRate:
     from residency.bench.ttft import corpus_text
 
     with VllmClient(url, timeout_s=600.0) as client:
-        ids = text_token_ids(client, model, corpus_text(sample.docs), max(PROBE_TOKENS))
-        client.prefill(model, salted(salt_ids(client, model), ids[:64]))  # first-request setup
-        probes = [
-            (n, client.prefill(model, salted(salt_ids(client, model), ids[:n])).ttft_s)
-            for n in PROBE_TOKENS
-        ]
-    return fit_prefill_rate(probes)
+        ttfts = cold_ttfts(client, model, corpus_text(sample.docs), PROBE_TOKENS)
+    return fit_prefill_rate([(n, times[0]) for n, times in ttfts.items()])
 
 
 def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float) -> dict[str, Any]:
@@ -245,7 +240,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
                 server=vllm.url, platform="cpu", max_model_len=served.max_model_len
             ),
             index_dir=index_dir,
-            log=served.sample.queries,
+            logs=(str(served.sample.queries),),
             tokenizer_dir=served.tokenizer_dir,
         )
         _, plan = run_plan(job)

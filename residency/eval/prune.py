@@ -258,7 +258,7 @@ def check_prune_options(k: int, limit: int, threshold: int, keep_top_k: int) -> 
 def served_model(url: str, wanted: str | None, api_key: str | None = None) -> tuple[str, bool]:
     """The model to grade with (`wanted`, else the first served); True if it has random weights.
 
-    Random weights: the server loaded a local directory stamped by `residency.tiny_model`.
+    Random weights: the server loaded a local directory stamped by `residency.models.tiny`.
     Raises `UpstreamError` when the endpoint cannot be reached and `ConfigError` when it does
     not serve `wanted`: a run that would only measure failures stops before it starts.
     """

@@ -159,6 +159,11 @@ class EvalSettings(BaseModel):
     prefetch: int = Field(ge=1, description="Candidates per retriever before fusion.")
     rrf_k: int = Field(ge=0, description="RRF k.")
     chunker: str = Field(min_length=1, max_length=256, description="e.g. fixed/256/32.")
+    backend: str = Field(
+        default="in-process",
+        max_length=4096,
+        description="Where the retrievers ran: 'in-process' or 'qdrant <location>/<collection>'.",
+    )
 
 
 class RetrievalEvalReport(BaseModel):
@@ -241,10 +246,19 @@ def evaluate_retrieval(
             rrf_k=rets.hybrid.rrf_k,
             chunker=f"{chunker.kind}/{chunker.chunk_chars}"
             + (f"/{chunker.chunk_overlap}" if chunker.kind == "fixed" else ""),
+            backend=describe_backend(index),
         ),
         retrievers=reports,
         budgets=checked,
     )
+
+
+def describe_backend(index: Index) -> str:
+    """'in-process', or the backend's name and what it opened (e.g. the Qdrant collection)."""
+    backend = index.backend
+    if backend is None:
+        return "in-process"
+    return f"{backend.name} {backend.describe()}"
 
 
 def append_history(path: Path, report: RetrievalEvalReport) -> None:

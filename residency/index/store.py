@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -66,6 +66,7 @@ from residency.retrieval import (
     get_embedder,
     get_tokenizer,
 )
+from residency.retrieval.protocol import DenseSearch, FusedSearch
 from residency.tokenizer import ModelTokenizer
 
 
@@ -206,9 +207,29 @@ def _mkdir(path: Path) -> Path:
 class IndexRetrievers:
     """The index's retrievers over chunk ids: BM25, dense (None if built --no-dense), fused."""
 
-    bm25: BM25Retriever
-    dense: DenseRetriever | None
-    hybrid: HybridRetriever
+    bm25: Retriever
+    dense: DenseSearch | None
+    hybrid: FusedSearch
+
+
+class RetrievalBackend(Protocol):
+    """Where an opened index searches instead of its own BM25 + FAISS files (e.g. Qdrant)."""
+
+    name: str
+
+    def describe(self) -> str:
+        """Where it searches, for reports (e.g. the Qdrant location and collection)."""
+        ...
+
+    def open(
+        self,
+        index: Index,
+        embedder: Embedder | None,
+        tokenizer: Tokenizer,
+        weights: dict[str, float] | None,
+    ) -> IndexRetrievers:
+        """The retrievers over the index's chunk ids, checked against its manifest."""
+        ...
 
 
 class Index:
@@ -223,6 +244,7 @@ class Index:
         embedder: Embedder | str | None,
         tokenizer: Tokenizer,
         weights: dict[str, float] | None = None,
+        backend: RetrievalBackend | None = None,
     ) -> None:
         self.directory = directory
         self.manifest = manifest
@@ -237,6 +259,7 @@ class Index:
         self._embedder = embedder
         self._tokenizer = tokenizer
         self._weights = weights
+        self.backend = backend
 
     def section(self, section_id: str) -> Section:
         """The section with this id (KeyError if none)."""
@@ -261,12 +284,14 @@ class Index:
 
     @cached_property
     def _retrievers(self) -> IndexRetrievers:
+        embedder = (
+            get_embedder(self._embedder) if isinstance(self._embedder, str) else self._embedder
+        )
+        if self.backend is not None:
+            return self.backend.open(self, embedder, self._tokenizer, self._weights)
         bm25 = BM25Retriever.load(self.directory / BM25_DIR, self._tokenizer)
         dense = None
-        if self._embedder is not None:
-            embedder = (
-                get_embedder(self._embedder) if isinstance(self._embedder, str) else self._embedder
-            )
+        if embedder is not None:
             dense = DenseRetriever.load(self.directory / DENSE_DIR, embedder)
         parts: list[Retriever] = [bm25] if dense is None else [dense, bm25]
         return IndexRetrievers(bm25, dense, HybridRetriever(parts, self._weights))
@@ -306,8 +331,11 @@ def open_index(
     embedder: Embedder | str | None = None,
     sparse_tokenizer: Tokenizer | str | None = None,
     weights: dict[str, float] | None = None,
+    backend: RetrievalBackend | None = None,
 ) -> Index:
-    """Open an index; the embedder / BM25 tokenizer default to (and must equal) the manifest's."""
+    """Open an index; the embedder / BM25 tokenizer default to (and must equal) the manifest's.
+
+    ``backend`` (e.g. `QdrantBackend`) searches instead of the index's BM25 + FAISS files."""
     manifest = read_manifest(directory)
     built = manifest.embedder
     wanted = embedder if isinstance(embedder, str) or embedder is None else embedder.name
@@ -343,4 +371,4 @@ def open_index(
             f"index {directory} is damaged: manifest lists {manifest.section_count} sections / "
             f"{manifest.chunk_count} chunks, files hold {len(sections)} / {len(chunks)}; rebuild it"
         )
-    return Index(directory, manifest, sections, chunks, query_embedder, tokenizer, weights)
+    return Index(directory, manifest, sections, chunks, query_embedder, tokenizer, weights, backend)

@@ -77,15 +77,40 @@ class Coverage(BaseModel):
     budget_used: float = Field(ge=0, description="Prefix tokens / budget.")
 
 
-class LogSummary(BaseModel):
-    """The query log the frequencies came from."""
+class LogFileSummary(BaseModel):
+    """One query log file a plan read (one router replica's, say)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    path: str | None = Field(description="--log path, or None (density-only planning).")
-    entries: int = Field(ge=0, description="Parsed lines.")
-    total_count: int = Field(ge=0, description="Questions counting repeats.")
+    path: str = Field(min_length=1, max_length=4096, description="The file.")
+    entries: int = Field(ge=0, description="Lines used.")
+    total_count: int = Field(ge=0, description="Questions in it, counting repeats.")
     skipped: int = Field(ge=0, description="Lines skipped as malformed.")
+    first_ts: dt.datetime | None = Field(default=None, description="Earliest timestamp.")
+    last_ts: dt.datetime | None = Field(default=None, description="Latest timestamp.")
+
+
+class LogSummary(BaseModel):
+    """The query log(s) the frequencies came from, merged by timestamp."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str | None = Field(
+        description="The one --log file (the first of several), or None (density-only)."
+    )
+    entries: int = Field(ge=0, description="Parsed lines, all files.")
+    total_count: int = Field(ge=0, description="Questions counting repeats, all files.")
+    skipped: int = Field(ge=0, description="Lines skipped as malformed, all files.")
+    files: tuple[LogFileSummary, ...] = Field(
+        default=(), max_length=10_000, description="Every file read, in --log order."
+    )
+
+    def describe_files(self) -> str:
+        """' from 2 logs (a.jsonl 120 lines, b.jsonl 80 lines)' when several were merged."""
+        if len(self.files) < 2:
+            return ""
+        shown = ", ".join(f"{Path(f.path).name} {f.entries} lines" for f in self.files[:5])
+        return f" from {len(self.files)} logs ({shown}{', ...' if len(self.files) > 5 else ''})"
 
 
 class ResidencyPlan(BaseModel):

@@ -14,12 +14,18 @@ from residency.capacity.report import CapacityReport, CapacityRequest, build_cap
 from residency.corpus.chunking import ChunkerSettings
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
 from residency.corpus.samples import REPO_ROOT as REPO_ROOT
-from residency.errors import ConfigError
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
+from residency.index.store import RetrievalBackend
 from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.build import PlanOptions, build_plan, log_mass
-from residency.planning.plan_model import CapacitySnapshot, LogSummary, ResidencyPlan, Strategy
-from residency.query_log import LogRead, read_query_log
+from residency.planning.plan_model import (
+    CapacitySnapshot,
+    LogFileSummary,
+    LogSummary,
+    ResidencyPlan,
+    Strategy,
+)
+from residency.query_log import LogRead, expand_log_patterns, merge_by_time, read_query_log
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, ServerTokenizer
 
 SAMPLE_CORPUS = JA_SAMPLE.docs
@@ -34,12 +40,13 @@ class PlanJob:
     capacity: CapacityRequest
     index_dir: Path | None = None
     sample: SampleCorpus = JA_SAMPLE  # the corpus planned when no index_dir is given
-    log: Path | None = None
+    logs: tuple[str, ...] = ()  # --log files or globs (several routers' logs merge by time)
     tokenizer_dir: Path | None = None
     strategy: Strategy = "planner"
     pins: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
     seed: int = 0
+    backend: RetrievalBackend | None = None  # attribution through it (e.g. Qdrant), not FAISS
     warnings: list[str] = field(default_factory=list)
 
 
@@ -68,7 +75,11 @@ def sample_index_options(sample: SampleCorpus, dense: bool = True) -> IndexOptio
     return IndexOptions(dense=dense, chunker=chunker)
 
 
-def sample_index(progress: BuildProgress | None, sample: SampleCorpus = JA_SAMPLE) -> Index:
+def sample_index(
+    progress: BuildProgress | None,
+    sample: SampleCorpus = JA_SAMPLE,
+    backend: RetrievalBackend | None = None,
+) -> Index:
     """A sample corpus's index under .cache/ (dense + BM25), refreshed on every use: the
     rebuild is incremental (unchanged chunks keep their vectors), so an edited sample corpus is
     never planned from a stale index and an unchanged one costs a fraction of a second."""
@@ -77,7 +88,7 @@ def sample_index(progress: BuildProgress | None, sample: SampleCorpus = JA_SAMPL
     tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
     options = sample_index_options(sample)
     build_index(sample.docs, index_dir, options, LocalTokenizer(tokenizer_dir), progress)
-    return open_index(index_dir)
+    return open_index(index_dir, backend=backend)
 
 
 def encoder_for(job: PlanJob, index: Index, sample: bool) -> ModelTokenizer:
@@ -96,20 +107,36 @@ def encoder_for(job: PlanJob, index: Index, sample: bool) -> ModelTokenizer:
     return ApproxTokenizer()
 
 
-def read_log(job: PlanJob, sample: bool) -> LogRead | None:
-    """The query log, or None (density-only planning, with a warning)."""
-    path = job.log or (job.sample.queries if sample else None)
-    if path is None:
+def read_log(job: PlanJob, sample: bool) -> tuple[LogRead | None, tuple[LogFileSummary, ...]]:
+    """The query log(s) merged by timestamp, or None (density-only planning, with a warning)."""
+    patterns = job.logs or ((str(job.sample.queries),) if sample else ())
+    if not patterns:
         job.warnings.append("no --log: density-only planning (every section equally likely)")
-        return None
-    if not path.exists():
-        raise ConfigError(f"--log {path}: no such file")
-    log = read_query_log(path)
+        return None, ()
+    reads: list[LogRead] = []
+    files: list[LogFileSummary] = []
+    for path in expand_log_patterns(patterns):
+        read = read_query_log(path)
+        stamps = [e.ts for e in merge_by_time([read]).entries if e.ts is not None]
+        reads.append(read)
+        files.append(
+            LogFileSummary(
+                path=str(path),
+                entries=len(read.entries),
+                total_count=read.total_count,
+                skipped=len(read.skipped),
+                first_ts=stamps[0] if stamps else None,
+                last_ts=stamps[-1] if stamps else None,
+            )
+        )
+        if not read.entries:
+            job.warnings.append(f"--log {path} holds no usable line")
+    log = merge_by_time(reads)
     if not log.entries:
-        job.warnings.append(f"--log {path} holds no usable line: density-only planning")
+        job.warnings.append("no usable query-log line: density-only planning")
     for line in log.skipped[:5]:
         job.warnings.append(f"skipped {line}")
-    return log
+    return log, tuple(files)
 
 
 def run_plan(
@@ -119,17 +146,18 @@ def run_plan(
     report = build_capacity_report(job.capacity)
     sample = job.index_dir is None
     if job.index_dir is None:
-        index = sample_index(progress, job.sample)
+        index = sample_index(progress, job.sample, job.backend)
     else:
-        index = open_index(job.index_dir)
-    log = read_log(job, sample)
+        index = open_index(job.index_dir, backend=job.backend)
+    log, files = read_log(job, sample)
     entries = log.entries if log else ()
     mass = log_mass(index, entries) if entries else {}
     summary = LogSummary(
-        path=str(job.log or (job.sample.queries if sample else "")) or None,
+        path=files[0].path if files else None,
         entries=len(entries),
         total_count=log.total_count if log else 0,
         skipped=len(log.skipped) if log else 0,
+        files=files,
     )
     options = PlanOptions(
         strategy=job.strategy,

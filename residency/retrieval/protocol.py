@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+    from residency.retrieval.embedders import Embedder
+    from residency.retrieval.fusion import FusedHit
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,3 +35,37 @@ def check_k(k: int) -> None:
     """Raise ValueError unless ``k`` is a positive int (a bool or 0 is a caller's bug)."""
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise ValueError(f"k must be a positive int, got {k!r}")
+
+
+class DenseSearch(Retriever, Protocol):
+    """A dense retriever whose query embedding can be done ahead (a batch of questions)."""
+
+    @property
+    def embedder(self) -> Embedder:
+        """The query-side embedder."""
+        ...
+
+    def search_vector(self, vector: NDArray[Any], k: int) -> list[Hit]:
+        """The top ``k`` for one precomputed query vector."""
+        ...
+
+
+class FusedSearch(Protocol):
+    """Several retrievers fused (in process: `HybridRetriever`; Qdrant: `QdrantHybrid`)."""
+
+    name: str
+    weights: dict[str, float]
+    prefetch: int
+    rrf_k: int
+
+    def search(
+        self, query: str, k: int, query_vector: NDArray[Any] | None = None
+    ) -> list[FusedHit]:
+        """The fused top ``k``."""
+        ...
+
+    def search_all(
+        self, query: str, k: int, query_vector: NDArray[Any] | None = None
+    ) -> dict[str, list[Hit] | list[FusedHit]]:
+        """Each retriever's top ``k`` and the fused top ``k`` ("hybrid") from one pass."""
+        ...

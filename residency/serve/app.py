@@ -39,7 +39,12 @@ OPEN_PATHS = frozenset({endpoints.HEALTH})
 def load_builder(settings: ServeSettings) -> ContextBuilder:
     """Read the plan and open its index (user errors raise ResidencyError)."""
     plan = read_plan(settings.plan)
-    index = open_index(settings.index or _plan_index(plan, settings))
+    backend = None
+    if settings.qdrant is not None:
+        from residency.index.qdrant_backend import QdrantBackend  # optional dependency
+
+        backend = QdrantBackend(settings.qdrant)
+    index = open_index(settings.index or _plan_index(plan, settings), backend=backend)
     return ContextBuilder(plan, index, settings)
 
 

@@ -159,7 +159,7 @@ class ContextBuilder:
 
 
 def _retriever(index: Index, name: RetrieverName) -> ChunkSearch:
-    """The chunk-level retriever the router searches with."""
+    """The chunk-level retriever the router searches with (qdrant: the index's backend fused)."""
     retrievers = index.retrievers()
     if name == "bm25":
         return retrievers.bm25

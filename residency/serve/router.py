@@ -25,7 +25,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from residency.errors import ConfigError
+from residency.errors import BackendError, ConfigError
 from residency.query_log import QueryLogWriter
 from residency.serve.context import ContextBuilder, RequestContext
 from residency.serve.errors import bad_request, error_response, unavailable
@@ -99,12 +99,19 @@ class Router:
             question = question_of(messages)
         except ConfigError as exc:
             return bad_request(str(exc))
-        if self.settings.retriever == "bm25":  # ~1 ms: cheaper inline than a thread hop
-            retrieval = self.builder.retrieve(question)
-        else:  # embedding a query takes tens of ms: keep the event loop free
-            retrieval = await anyio.to_thread.run_sync(
-                self.builder.retrieve, question, None, limiter=self._limiter
-            )
+        try:
+            if self.settings.retriever == "bm25":  # ~1 ms: cheaper inline than a thread hop
+                retrieval = self.builder.retrieve(question)
+            else:  # embedding a query takes tens of ms: keep the event loop free
+                retrieval = await anyio.to_thread.run_sync(
+                    self.builder.retrieve, question, None, limiter=self._limiter
+                )
+        except BackendError as exc:  # Qdrant down: the client may retry, nothing internal shown
+            log.error("retrieval backend: %s", exc)
+            return error_response(
+                503, "retrieval is unavailable; retry shortly", "service_unavailable",
+                "retrieval_unavailable",
+            )  # fmt: skip
         self.metrics.retrieval.observe(retrieval.retrieval_s)
         ctx = await self.builder.finish(retrieval, self.http)
         if ctx.prune is not None:

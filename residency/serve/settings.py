@@ -9,9 +9,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from residency.retrieval.qdrant_schema import QdrantOptions
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 
-RetrieverName = Literal["hybrid", "bm25", "dense"]
+RetrieverName = Literal["hybrid", "bm25", "dense", "qdrant"]
 
 
 class PrunerOptions(BaseModel):
@@ -47,6 +48,9 @@ class ServeSettings(BaseModel):
     margin: int = Field(default=DEFAULT_MARGIN, ge=0, le=100, description="--margin.")
     hedge: int = Field(default=DEFAULT_HEDGE, ge=0, le=100, description="--hedge.")
     retriever: RetrieverName = Field(default="hybrid", description="--retriever.")
+    qdrant: QdrantOptions | None = Field(
+        default=None, description="--qdrant, --collection, ... (with --retriever qdrant)."
+    )
     prefetch: int = Field(default=40, ge=1, le=1000, description="Chunks fetched before routing.")
     today: dt.date | None = Field(
         default=None, description="--today for time expressions (None: the local date)."
@@ -56,6 +60,12 @@ class ServeSettings(BaseModel):
     warm: bool = Field(default=True, description="--warm/--no-warm each upstream as it joins.")
     health_interval_s: float = Field(default=5.0, gt=0, le=3600, description="--health-interval.")
     request_timeout_s: float = Field(default=600.0, gt=0, description="--request-timeout.")
+
+    @model_validator(mode="after")
+    def _qdrant(self) -> ServeSettings:
+        if (self.retriever == "qdrant") != (self.qdrant is not None):
+            raise ValueError("--retriever qdrant and --qdrant URL|PATH go together")
+        return self
 
     @model_validator(mode="after")
     def _exposure(self) -> ServeSettings:

@@ -1,7 +1,9 @@
-"""The three ways an answer is generated, on the same questions, in the router's prompt shape
+"""The ways an answer is generated, on the same questions, in the router's prompt shape
 (`serve.prompt.assemble_messages`) and the corpus's language (`index.language`), so that what
 differs between strategies is the evidence in the prompt, not its wording:
 
+- `echo`: no model at all — the question itself is the answer: the scorer's floor (a weak model
+  that only restates the question earns about this much token F1);
 - `rag` (one per `k`, labelled `rag-topK`): system = the instructions alone; the top-k fused
   passages (`render_passage`) go into the user turn before the question, as the router puts
   its long-tail passages — a router with nothing resident;
@@ -188,6 +190,19 @@ class WholeStrategy:
         answer, error = _stream(self._generator, messages, self._max_tokens)
         visible = evidence_visible(question.relevant_ids, self._section_ids)
         return Attempt(answer, error, self.kind, (), visible, None)
+
+
+class EchoStrategy:
+    """The question as its own answer: what restating it scores, with no model and no text."""
+
+    name = "echo"
+    kind: StrategyName = "echo"
+    k: int | None = None
+
+    def answer(self, question: AnswerQuestion) -> Attempt:
+        """No request: the answer is the question."""
+        echoed = StreamedAnswer(question.query, "echo", None, None, None, None, None, {})
+        return Attempt(echoed, None, self.kind, (), None, None)
 
 
 class ResidencyStrategy:

@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from residency.eval.questions import read_records
 from residency.machine import MachineInfo
 
-StrategyName = Literal["rag", "whole", "residency"]
-STRATEGIES: tuple[StrategyName, ...] = ("rag", "whole", "residency")
-# A strategy's label in reports: "rag-top3", "rag-top5", "whole", "residency".
-_LABEL = r"^(rag-top[1-9][0-9]*|whole|residency)$"
+StrategyName = Literal["echo", "rag", "whole", "residency"]
+STRATEGIES: tuple[StrategyName, ...] = ("echo", "rag", "whole", "residency")
+# A strategy's label in reports: "echo", "rag-top3", "rag-top5", "whole", "residency".
+_LABEL = r"^(echo|rag-top[1-9][0-9]*|whole|residency)$"
 # The reference measurement's six types (DESIGN.md §1); anything else is grouped under OTHER_TYPE.
 QUESTION_TYPES: tuple[str, ...] = (
     "simple",
@@ -87,9 +87,9 @@ class AnswerRecord(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     strategy: str = Field(
-        pattern=_LABEL, description="The strategy's label: rag-topK, whole or residency."
+        pattern=_LABEL, description="The strategy's label: echo, rag-topK, whole or residency."
     )
-    kind: StrategyName = Field(description="rag, whole or residency.")
+    kind: StrategyName = Field(description="echo, rag, whole or residency.")
     question_id: str = Field(min_length=1, max_length=_ID, description="Question id.")
     type: str = Field(
         min_length=1, max_length=128, description="Scoring group: one of the six types or 'other'."
@@ -192,8 +192,8 @@ class StrategyReport(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    strategy: str = Field(pattern=_LABEL, description="Label: rag-topK, whole or residency.")
-    kind: StrategyName = Field(description="rag, whole or residency.")
+    strategy: str = Field(pattern=_LABEL, description="Label: echo, rag-topK, whole or residency.")
+    kind: StrategyName = Field(description="echo, rag, whole or residency.")
     k: int | None = Field(ge=1, description="Passages retrieved per question (rag), else None.")
     skipped: str | None = Field(
         max_length=4000, description="Why the strategy did not run (None: it ran)."

@@ -15,6 +15,7 @@ from residency.atomic import append_line, write_bytes_atomic
 from residency.errors import ConfigError
 from residency.eval.answers.generate import (
     AnswerStrategy,
+    EchoStrategy,
     Endpoint,
     RagStrategy,
     ResidencyStrategy,
@@ -67,8 +68,8 @@ class AnswerEvalJob:
 
 
 def default_strategies(router: str | None) -> tuple[StrategyName, ...]:
-    """rag + whole, and residency when a router is given."""
-    return STRATEGIES if router else ("rag", "whole")
+    """echo + rag + whole, and residency when a router is given."""
+    return STRATEGIES if router else ("echo", "rag", "whole")
 
 
 def check_job(job: AnswerEvalJob) -> None:
@@ -127,7 +128,9 @@ def build_strategies(
     over max_model_len)."""
     built: list[AnswerStrategy | Skipped] = []
     for name in dict.fromkeys(job.strategies):
-        if name == "rag":
+        if name == "echo":
+            built.append(EchoStrategy())
+        elif name == "rag":
             assert generator is not None
             for k in dict.fromkeys(job.ks):
                 built.append(RagStrategy(job.index, generator, k, job.max_tokens))

@@ -1,0 +1,153 @@
+"""How `residency plan` prints for people: the capacity report (memory, layout, budget, vLLM's
+own numbers beside the prediction) and the residency plan."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from planner.units import GiB
+from residency.capacity.report import CapacityReport
+from residency.planning.plan_model import ResidencyPlan
+
+
+def render_plan(plan: ResidencyPlan, path: Path, console: Console) -> None:
+    """The resident set, the prefix and the predicted coverage."""
+    table = Table(
+        title=f"Resident sections ({plan.strategy}, {plan.selection_method})", title_justify="left"
+    )
+    table.add_column("id", max_width=48, overflow="ellipsis", no_wrap=True)
+    table.add_column("tokens", justify="right")
+    table.add_column("p(s)", justify="right")
+    table.add_column("freq", justify="right")
+    shown = sorted(plan.resident, key=lambda r: -r.probability)[:15]
+    for item in shown:
+        table.add_row(
+            item.id + (" (pinned)" if item.pinned else ""),
+            f"{item.tokens:,}",
+            f"{item.probability:.3f}",
+            f"{item.frequency:.3f}",
+        )
+    if len(plan.resident) > len(shown):
+        table.add_row(f"... {len(plan.resident) - len(shown)} more", "", "", "")
+    console.print(table)
+    cov, pre = plan.coverage, plan.prefix
+    console.print(
+        f"[bold]{cov.resident_sections} of {cov.total_sections} sections resident[/]: prefix "
+        f"{pre.token_count:,} of {plan.capacity.resident_budget_tokens:,} tokens "
+        f"({cov.budget_used:.0%})"
+        + (f", padded {pre.pad_tokens} to a {pre.aligned_to}-token block" if pre.aligned_to else "")
+        + f"; predicted share of questions answered from the prefix: {cov.resident_share:.1%}"
+    )
+    console.print(
+        f"prefix {pre.hash[:23]}… ({pre.hash_of}, {pre.tokenizer}); "
+        f"log: {plan.log.total_count} questions{plan.log.describe_files()}; written to {path}"
+    )
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def describe_groups(report: CapacityReport) -> str:
+    """'1 x 8 full_attention + 3 x 8 linear_attention': groups x layers per group."""
+    counts: dict[tuple[str, int], int] = {}
+    for g in report.plan.layout.groups:
+        counts[(g.kind, g.num_layers)] = counts.get((g.kind, g.num_layers), 0) + 1
+    return " + ".join(f"{n}×{layers} {kind}" for (kind, layers), n in counts.items())
+
+
+def render(report: CapacityReport, console: Console) -> None:
+    """A readable summary: inputs, memory terms, KV layout, capacity, budget."""
+    inp, lay = report.inputs, report.plan.layout
+    console.print(
+        f"[bold]{inp.model}[/] ({inp.architecture}: {inp.attention_layers} attention"
+        + (
+            f" + {inp.linear_attention_layers} Gated DeltaNet"
+            if inp.linear_attention_layers
+            else ""
+        )
+        + f" layers) on [bold]{inp.gpu or inp.server or inp.settings.platform}[/], "
+        f"max_model_len {inp.settings.max_model_len}"
+    )
+    if report.memory is not None:
+        mem = Table(title="GPU memory", title_justify="left")
+        mem.add_column("term", min_width=22)
+        mem.add_column("GiB", justify="right", no_wrap=True)
+        mem.add_column("±", justify="right", no_wrap=True)
+        mem.add_column("source")
+        mem.add_row(
+            f"total x {report.memory.gpu_memory_utilization}",
+            _gib(report.memory.requested_memory_bytes),
+            "",
+            "profile / NVML",
+        )
+        for term in report.memory.terms:
+            source = textwrap.shorten(term.source, 60, placeholder=" …")
+            mem.add_row(f"- {term.name}", _gib(term.bytes), _gib(term.uncertainty_bytes), source)
+        mem.add_row(
+            "[bold]= KV cache[/]",
+            _gib(report.memory.kv_cache_memory_bytes),
+            _gib(report.memory.kv_cache_memory_bytes_high - report.memory.kv_cache_memory_bytes),
+            "",
+        )
+        console.print(mem)
+    kv = Table(title="KV cache", title_justify="left", show_header=False)
+    kv.add_column("what")
+    kv.add_column("value", justify="right")
+    kv.add_row("KV dtype", lay.kv_cache_dtype)
+    kv.add_row("KV bytes per token (attention layers)", f"{report.kv_bytes_per_token:,}")
+    kv.add_row("block size (tokens)", str(report.block_size))
+    if lay.mamba_page_size_bytes:
+        kv.add_row(
+            "GDN state page (padded to attention page)",
+            f"{lay.mamba_page_size_bytes:,} → {lay.page_size_bytes:,} B",
+        )
+        kv.add_row(
+            "GDN state dtypes (conv / SSM)",
+            f"{lay.mamba_cache_dtype} / {lay.mamba_ssm_cache_dtype}",
+        )
+        kv.add_row("mamba cache mode", str(lay.mamba_cache_mode))
+    kv.add_row("KV-cache groups", describe_groups(report))
+    kv.add_row("KV cache memory", _gib(report.kv_cache_memory_bytes))
+    kv.add_row("blocks", f"{report.num_blocks:,}")
+    tokens = f"{report.kv_cache_tokens:,}"
+    if report.kv_cache_tokens_range:
+        low, high = report.kv_cache_tokens_range
+        tokens += f"  ({low:,} – {high:,})"
+    kv.add_row("KV-cache tokens", tokens)
+    kv.add_row(
+        f"max concurrency at {inp.settings.max_model_len} tokens", f"{report.max_concurrency:.2f}x"
+    )
+    console.print(kv)
+    if lay.mamba_ssm_cache_dtype_reason:
+        why = f"GDN SSM state {lay.mamba_ssm_cache_dtype}: {lay.mamba_ssm_cache_dtype_reason}"
+        if inp.cpu_avx512_bf16_source:
+            why += f". Serving CPU has AVX512-BF16: {inp.cpu_avx512_bf16_source}"
+        console.print(escape(why) + ".")
+    if report.server is not None:
+        srv = report.server
+        cmp = Table(title=f"vLLM's own numbers ({srv.served_model})", title_justify="left")
+        cmp.add_column("")
+        cmp.add_column("vLLM", justify="right")
+        cmp.add_column("planner", justify="right")
+        cmp.add_row("block_size", str(srv.block_size), str(srv.predicted_block_size))
+        cmp.add_row("num_gpu_blocks", f"{srv.num_blocks:,}", f"{srv.predicted_num_blocks:,}")
+        cmp.add_row(
+            "kv_cache_size_tokens", f"{srv.kv_cache_tokens:,}", f"{srv.predicted_kv_cache_tokens:,}"
+        )
+        console.print(cmp)
+        console.print(
+            "[green]planner agrees with vLLM[/]"
+            if srv.agrees
+            else "[yellow]planner and vLLM disagree[/]"
+        )
+    budget = report.plan.budget
+    console.print(
+        f"[bold]Resident budget: {report.resident_budget_tokens:,} tokens[/] "
+        f"(binding: {report.binding_constraint}) — {budget.reasoning}."
+    )

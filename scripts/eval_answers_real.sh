@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The README's answer-quality figures: SmolLM2-135M-Instruct on vLLM's CPU build, English sample.
+#
+#   scripts/eval_answers_real.sh [OUT_DIR]      (default .benchmarks; ~35 min on 2 cores)
+#
+# Starts vLLM (max_model_len 8192, prefix caching, compact structured output for the judge and
+# the pruner) and `residency serve`, plans the sample against the server, then runs
+# `eval answers` (rag top-3 / top-5, whole, residency; the same server as LLM judge) and
+# `eval prune` (the same model as grader), and stops both servers whatever happens.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-.benchmarks}"
+VLLM_PORT="${VLLM_PORT:-8000}"
+ROUTER_PORT="${ROUTER_PORT:-8100}"
+PY=.venv/bin/python
+R=(.venv/bin/residency)
+mkdir -p "$OUT"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_CPU_KVCACHE_SPACE=1 \
+    TOKENIZERS_PARALLELISM=false
+MODEL_DIR=$("${R[@]}" model build smollm2 --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["path"])')
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+wait_health() { until curl -sf "$1/health" >/dev/null; do sleep 2; done; }
+
+setsid "$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
+    --served-model-name SmolLM2-135M-Instruct --host 127.0.0.1 --port "$VLLM_PORT" \
+    --max-model-len 8192 --enforce-eager --enable-prefix-caching --enable-prompt-tokens-details \
+    --structured-outputs-config '{"backend": "xgrammar", "disable_any_whitespace": true}' \
+    > "$OUT/vllm-answers.log" 2>&1 &
+pids+=($!)
+VLLM="http://127.0.0.1:$VLLM_PORT"
+wait_health "$VLLM"
+"${R[@]}" plan --sample harbor-lights-en --server "$VLLM" --platform cpu -o "$OUT/plan-en.json"
+setsid "${R[@]}" serve --plan "$OUT/plan-en.json" --upstream "$VLLM" --port "$ROUTER_PORT" \
+    --today 2026-01-15 --log "$OUT/router-log-en.jsonl" > "$OUT/router-answers.log" 2>&1 &
+pids+=($!)
+ROUTER="http://127.0.0.1:$ROUTER_PORT"
+wait_health "$ROUTER"
+"${R[@]}" eval answers --sample harbor-lights-en --generator "$VLLM" --judge "$VLLM" \
+    --router "$ROUTER" --plan "$OUT/plan-en.json" --strategy echo --strategy rag --strategy whole \
+    --strategy residency --k 3 --k 5 --max-tokens 64 --records "$OUT/answers-en.jsonl" \
+    --json > "$OUT/answers-en.json"
+"${R[@]}" eval prune --sample harbor-lights-en --pruner-url "$VLLM" --k 5 --limit 65 \
+    --timeout 60 --json > "$OUT/prune-en.json"
+echo "answers: $OUT/answers-en.json, $OUT/answers-en.jsonl; pruner: $OUT/prune-en.json"
