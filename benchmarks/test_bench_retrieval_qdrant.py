@@ -26,12 +26,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, SYNTH_SEED, QaSet, cached_vectors, random_unit_vectors
+from conftest import (
+    REPO_ROOT,
+    SYNTH_SEED,
+    QaSet,
+    cached_vectors,
+    random_unit_vectors,
+    rank_metrics,
+)
 from numpy.typing import NDArray
 
 pytest.importorskip("qdrant_client", reason="pip install 'residency[qdrant]'")
 
-from residency.eval.retrieval import mean_metrics, question_metrics
 from residency.index.qdrant_source import UploadChunk, UploadSource
 from residency.index.qdrant_upload import upload
 from residency.normalize import NORMALIZATION_VERSION
@@ -201,16 +207,6 @@ def test_fused_query_100k_side_by_side(
     benchmark.extra_info.update(extra)
     record(f"fused_query_100k/{backend}", extra)
     assert hybrid.search(synth_queries[0], 10, query_vector=query_vectors[0])
-
-
-def rank_metrics(
-    lists: Sequence[Sequence[Hit] | Sequence[FusedHit]], gold: Sequence[str]
-) -> dict[str, float]:
-    rows = [
-        question_metrics([h.id for h in hits], {g}) for hits, g in zip(lists, gold, strict=True)
-    ]
-    means = mean_metrics(rows)
-    return {m: round(means.value(m), 4) for m in ("R@1", "R@3", "R@5", "R@10", "MRR@10")}
 
 
 def test_jsquad_quality_in_process_vs_qdrant(
