@@ -39,7 +39,11 @@ __all__ = [
 ]
 
 VllmServerError = ServerStartError
-server_env = vllm_env
+
+
+def server_env(kv_cache_space_gib: int | None = 1, dev_mode: bool = True) -> dict[str, str]:
+    """The environment a tiny-model CPU server runs with (offline, bounded KV cache, dev mode)."""
+    return vllm_env(kv_cache_space_gib, dev_mode)
 
 
 class _Default:
@@ -77,7 +81,7 @@ class VllmServer(ManagedServer):
             vllm_command(python, model_dir, port, served_model_name, max_model_len, extra_args),
             port=port,
             log_path=log_path,
-            env={**vllm_env(kv_cache_space_gib, dev_mode), **(env or {})},
+            env={**server_env(kv_cache_space_gib, dev_mode), **(env or {})},
             cwd=REPO_ROOT,
             stop_at_exit=True,
             stop_sequence=STOP_SEQUENCE,
