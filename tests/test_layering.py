@@ -187,3 +187,19 @@ def test_only_the_client_spells_vllm_paths() -> None:
             ):
                 spelled.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value}")
     assert spelled == []
+
+
+def test_only_the_client_imports_its_http_library() -> None:
+    # The router's upstream calls run on aiohttp (residency/vllm_client/async_client.py says
+    # why); everything else holds its session as vllm_client.Session.
+    importers = []
+    for path in sources(PACKAGE):
+        if unit_of(path) == "vllm_client":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] == "aiohttp" for n in names):
+                importers.append(str(path.relative_to(ROOT)))
+    assert importers == []

@@ -7,7 +7,6 @@ import socket
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 from pydantic import ValidationError
 from residency_cli import run_cli
@@ -24,6 +23,7 @@ from residency.serve.prompt import (
 from residency.serve.settings import ServeSettings, is_loopback
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, UpstreamPool
+from residency.vllm_client import open_session
 from residency.vllm_client.sse import DONE, EventSplitter, error_event, event_json, usage_of
 
 PREFIX = "instructions\n\n# 参照文書\n\n[id: a] A\ntext\n"
@@ -164,7 +164,7 @@ def test_pool_picks_the_least_outstanding_usable_upstream() -> None:
 
 
 async def _pool_scenario() -> None:
-    async with httpx.AsyncClient() as http:
+    async with open_session(5.0) as http:
         pool = UpstreamPool(["http://a", "http://b/v1", "http://c"], http, RouterMetrics(), 5.0)
         a, b, c = pool.upstreams
         assert b.url == "http://b"  # a trailing /v1 is not part of the base URL

@@ -4,6 +4,7 @@ hand-computed periods, odd input, and pinning dated notes of the real harbor-lig
 from __future__ import annotations
 
 import datetime as dt
+import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from residency.corpus.loader import Corpus, load_corpus
-from residency.timex import Period, resolve_period, select_dated
+from residency.normalize import normalize_text
+from residency.timex import Period, ja_timex_rules, resolve_period, select_dated
 from residency.tokenizer import ApproxTokenizer
 
 D = dt.date
@@ -339,3 +341,40 @@ def test_select_dated_ties_in_corpus_order(tmp_path: Path) -> None:
     corpus = load_corpus(tmp_path, ApproxTokenizer())
     assert _ids("正月", MID, corpus, []) == ["b", "a", "c"]
     assert _ids("正月", MID, corpus, ["c"]) == ["c", "b", "a"]
+
+
+# --- the ja-timex pre-check -------------------------------------------------------------------
+
+JSQUAD = REPO.parent / "shared/data/jsquad/valid-v1.3.json"
+
+
+def _texts_we_have() -> list[str]:
+    """Every time expression above, every question and corpus line of both sample corpora, and
+    JSQuAD's questions when the data is beside the repo."""
+    texts = [p.values[0] for p in RESOLVE] + ["おととしの冬", "一昨年", "二〇二四/三/五", "3/5"]
+    for corpus in ("harbor-lights", "harbor-lights-en"):
+        root = REPO / "corpora" / corpus
+        for name in ("qa.jsonl", "queries.jsonl"):
+            for line in (root / name).read_text("utf-8").splitlines():
+                record = json.loads(line)
+                texts.append(record.get("question") or record.get("query") or "")
+        for doc in sorted((root / "docs").rglob("*.md")):
+            texts += doc.read_text("utf-8").splitlines()
+    if JSQUAD.exists():
+        data = json.loads(JSQUAD.read_text("utf-8"))["data"]
+        texts += [q["question"] for a in data for p in a["paragraphs"] for q in p["qas"]]
+    return [normalize_text(t) for t in texts if t.strip()]
+
+
+def test_the_ja_timex_pre_check_skips_only_texts_without_a_date() -> None:
+    texts = _texts_we_have()
+    skipped = found = 0
+    for text in texts:
+        for today in (NEW_YEAR, MID):
+            full = [(m.start, m.end, m.resolve(today)) for m in ja_timex_rules._parse(text, today)]
+            gated = ja_timex_rules.find_ja_timex(text, today)
+            assert [(m.start, m.end, m.resolve(today)) for m in gated] == full, text
+            found += bool(full)
+        skipped += ja_timex_rules._MAY_HOLD_DATE.search(text) is None
+    assert found > 100  # the comparison covers many real mentions...
+    assert skipped > len(texts) // 4  # ...and the pre-check does skip a good share of texts

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-import httpx
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -29,7 +28,7 @@ from residency.serve.router import Router
 from residency.serve.settings import ServeSettings
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import Upstream, UpstreamPool
-from residency.vllm_client import endpoints
+from residency.vllm_client import TransportError, endpoints, open_session
 from residency.warm import WarmOptions, warm
 
 log = logging.getLogger("residency.serve")
@@ -88,9 +87,7 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=1024, max_keepalive_connections=256)
-        timeout = httpx.Timeout(settings.request_timeout_s, connect=5.0)
-        async with httpx.AsyncClient(timeout=timeout, limits=limits) as http:
+        async with open_session(settings.request_timeout_s) as http:
             pool = UpstreamPool(
                 settings.upstreams,
                 http,
@@ -123,7 +120,7 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
             return unavailable(len(router.pool.upstreams))
         try:
             answer = await ups[0].client.models_answer(timeout_s=10.0)
-        except httpx.HTTPError:
+        except TransportError:
             router.pool.mark_down(ups[0])
             return unavailable(len(router.pool.upstreams))
         return Response(answer.content, answer.status_code, media_type="application/json")

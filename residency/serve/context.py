@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-import httpx
-
 from residency.corpus.model import Chunk, Section
 from residency.errors import ConfigError
 from residency.index import Index
@@ -25,6 +23,7 @@ from residency.serve.prompt import ContextBlock
 from residency.serve.pruner import Passage, PruneResult, PrunerSettings, prune
 from residency.serve.settings import RetrieverName, ServeSettings
 from residency.timex import Period, resolve_period, select_dated
+from residency.vllm_client import Session
 
 RequestRoute = Literal["resident", "long_tail", "dated"]
 
@@ -128,7 +127,7 @@ class ContextBuilder:
             retrieval_s=time.perf_counter() - started,
         )
 
-    async def finish(self, retrieval: Retrieval, http: httpx.AsyncClient) -> RequestContext:
+    async def finish(self, retrieval: Retrieval, http: Session) -> RequestContext:
         """Prune the long-tail chunks (when a pruner is set) and render the context block."""
         kept = retrieval.chunk_ids
         result: PruneResult | None = None

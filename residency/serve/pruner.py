@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from residency.errors import UpstreamError
 from residency.prompt_language import LanguageCode
-from residency.vllm_client import AsyncVllmClient, RawAnswer, VllmClient, endpoints
+from residency.vllm_client import AsyncVllmClient, RawAnswer, Session, VllmClient, endpoints
 from residency.vllm_client.wire import status_error
 
 LOGGER = logging.getLogger("residency.pruner")
@@ -345,7 +345,7 @@ def _timed(result: PruneResult, started: float) -> PruneResult:
 
 
 async def prune(
-    client: httpx.AsyncClient,
+    client: Session,
     settings: PrunerSettings,
     question: str,
     passages: Sequence[Passage],

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import httpx
 import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -35,13 +34,20 @@ from residency.serve.record import Outcome, RouterLogRecord
 from residency.serve.settings import ServeSettings
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, Upstream, UpstreamPool
-from residency.vllm_client import RefusedError, Usage
+from residency.vllm_client import (
+    AnswerTimeoutError,
+    RefusedError,
+    Session,
+    TransportError,
+    UnreachedError,
+    UpstreamStream,
+    Usage,
+)
 from residency.vllm_client.endpoints import Generation
 from residency.vllm_client.sse import DONE, EventSplitter, error_event, usage_of
 
 log = logging.getLogger("residency.serve")
 Endpoint = Generation
-_RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
 
 
 @dataclass(slots=True)
@@ -72,7 +78,7 @@ class Router:
         settings: ServeSettings,
         builder: ContextBuilder,
         pool: UpstreamPool,
-        http: httpx.AsyncClient,
+        http: Session,
         metrics: RouterMetrics,
     ) -> None:
         self.settings = settings
@@ -135,7 +141,7 @@ class Router:
                 if stream:
                     return await self._stream(request, ex, up, payload, client_usage)
                 return await self._unary(request, ex, up, payload)
-            except _RETRYABLE:  # nothing reached vLLM: try the next upstream
+            except UnreachedError:  # nothing reached vLLM: try the next upstream
                 self.pool.mark_down(up)
                 tried.append(up)
             except RefusedError as refused:  # vLLM refused the request itself (e.g. 400)
@@ -145,12 +151,12 @@ class Router:
                     answer.content, answer.status_code, media_type="application/json"
                 )
                 return self._finish_error(ex, response, "client_error")
-            except httpx.TimeoutException:
+            except AnswerTimeoutError:
                 ex.upstream = up
                 message = "the model server did not answer within --request-timeout"
                 response = error_response(504, message, "server_error", "upstream_timeout")
                 return self._finish_error(ex, response, "upstream_error")
-            except httpx.HTTPError:
+            except TransportError:
                 ex.upstream = up
                 self.pool.mark_down(up)
                 message = "the model server failed while answering; retry shortly"
@@ -170,17 +176,15 @@ class Router:
             out["prompt"] = await up.client.tokenize_chat(out["model"], assembled)
         return orjson.dumps(out)
 
-    def _send(
-        self, ex: Exchange, up: Upstream, endpoint: Endpoint, payload: bytes
-    ) -> httpx.Request:
+    def _forwarded(self, ex: Exchange) -> None:
         ex.forward_s = time.perf_counter() - ex.started
-        return up.client.request(endpoint, payload)
 
     async def _unary(
         self, request: Request, ex: Exchange, up: Upstream, payload: bytes
     ) -> Response:
         async with self.pool.lease(up):
-            task = asyncio.ensure_future(up.client.send(self._send(ex, up, ex.endpoint, payload)))
+            self._forwarded(ex)
+            task = asyncio.ensure_future(up.client.generate(ex.endpoint, payload))
             gone = asyncio.ensure_future(_wait_disconnect(request))
             done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
             if task not in done:
@@ -189,21 +193,21 @@ class Router:
                 self._log(ex)
                 return Response(status_code=499)
             gone.cancel()
-            response = task.result()  # a retryable error propagates to handle()
-        ex.upstream, ex.status_code = up, response.status_code
+            answer = task.result()  # a transport error propagates to handle()
+        ex.upstream, ex.status_code = up, answer.status_code
         ex.ttft_s = time.perf_counter() - ex.started
-        if response.status_code == 200:
-            ex.usage = _usage(response.content)
-        elif response.status_code >= 500:
+        if answer.status_code == 200:
+            ex.usage = _usage(answer.content)
+        elif answer.status_code >= 500:
             ex.outcome = "upstream_error"
         else:
             ex.outcome = "client_error"
         return Response(
-            response.content,
-            status_code=response.status_code,
-            media_type=response.headers.get("content-type", "application/json"),
+            answer.content,
+            status_code=answer.status_code,
+            media_type=answer.content_type,
             headers=ex.headers(),
-            background=BackgroundTask(self._log, ex),  # logged after the answer is sent
+            background=BackgroundTask(self._log_after, ex),  # logged after the answer is sent
         )
 
     async def _stream(
@@ -211,22 +215,25 @@ class Router:
     ) -> Response:
         await self.pool.acquire(up)
         try:
-            response = await up.client.send(self._send(ex, up, ex.endpoint, payload), stream=True)
+            self._forwarded(ex)
+            response = await up.client.open_stream(ex.endpoint, payload)
         except BaseException:
             self.pool.release(up)
             raise
         ex.upstream = up
         if response.status_code != 200:
-            content = await response.aread()
-            await response.aclose()
-            self.pool.release(up)
+            try:
+                content = await response.read()
+            finally:
+                response.close()
+                self.pool.release(up)
             ex.status_code = response.status_code
             ex.outcome = "upstream_error" if response.status_code >= 500 else "client_error"
             self._log(ex)
             return Response(
                 content,
                 status_code=response.status_code,
-                media_type=response.headers.get("content-type", "application/json"),
+                media_type=response.content_type,
                 headers=ex.headers(),
             )
         return StreamingResponse(
@@ -236,12 +243,12 @@ class Router:
         )
 
     async def _events(
-        self, ex: Exchange, up: Upstream, response: httpx.Response, client_usage: bool
+        self, ex: Exchange, up: Upstream, response: UpstreamStream, client_usage: bool
     ) -> AsyncIterator[bytes]:
         splitter = EventSplitter()
         saw_done = False
         try:
-            async for data in response.aiter_raw():
+            async for data in response.chunks():
                 for event in splitter.feed(data):
                     if ex.ttft_s is None:
                         ex.ttft_s = time.perf_counter() - ex.started
@@ -253,8 +260,8 @@ class Router:
                     saw_done = saw_done or event.startswith(DONE[:-2])
                     yield event
             if not saw_done:
-                raise httpx.RemoteProtocolError("stream ended without [DONE]")
-        except httpx.HTTPError:
+                raise TransportError("stream ended without [DONE]")
+        except TransportError:
             ex.outcome, ex.status_code = "upstream_error", 502
             self.pool.mark_down(up)
             yield error_event("the model server failed while streaming; the answer is incomplete")
@@ -263,7 +270,7 @@ class Router:
             ex.outcome, ex.status_code = "disconnected", 499
             raise
         finally:
-            await response.aclose()
+            response.close()
             self.pool.release(up)
             self._log(ex)
 
@@ -274,6 +281,11 @@ class Router:
         ex.outcome = outcome
         self._log(ex)
         return response
+
+    async def _log_after(self, ex: Exchange) -> None:
+        """`_log` as a background task: a coroutine, so Starlette runs it on the event loop
+        instead of handing it to a worker thread (a thread hop costs more than the append)."""
+        self._log(ex)
 
     def _log(self, ex: Exchange) -> None:
         """Count the request and append its query-log line."""

@@ -9,10 +9,8 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-import httpx
-
 from residency.serve.telemetry import RouterMetrics
-from residency.vllm_client import AsyncVllmClient
+from residency.vllm_client import AsyncVllmClient, Session
 
 log = logging.getLogger("residency.serve")
 
@@ -57,7 +55,7 @@ class UpstreamPool:
     def __init__(
         self,
         urls: Sequence[str],
-        http: httpx.AsyncClient,
+        http: Session,
         metrics: RouterMetrics,
         interval_s: float,
         on_join: JoinHook | None = None,

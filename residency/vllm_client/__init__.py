@@ -7,7 +7,15 @@ text), one path table (`endpoints`), one SSE parser (`sse`) and one Prometheus r
 (`metrics`). Imports nothing of residency but `errors`.
 """
 
-from residency.vllm_client.async_client import AsyncVllmClient
+from residency.vllm_client.async_client import (
+    AnswerTimeoutError,
+    AsyncVllmClient,
+    Session,
+    TransportError,
+    UnreachedError,
+    UpstreamStream,
+    open_session,
+)
 from residency.vllm_client.health import Backoff, wait_for_health
 from residency.vllm_client.metrics import Sample, find_samples, parse_prometheus, sum_samples
 from residency.vllm_client.sync_client import VllmClient
@@ -26,6 +34,7 @@ from residency.vllm_client.wire import (
 __all__ = [
     "CACHE_CONFIG_METRIC",
     "TTFT_METHOD",
+    "AnswerTimeoutError",
     "AsyncVllmClient",
     "Backoff",
     "Completion",
@@ -34,10 +43,15 @@ __all__ = [
     "Sample",
     "SendResult",
     "ServedModel",
+    "Session",
     "StreamedAnswer",
+    "TransportError",
+    "UnreachedError",
+    "UpstreamStream",
     "Usage",
     "VllmClient",
     "find_samples",
+    "open_session",
     "parse_prometheus",
     "sum_samples",
     "wait_for_health",
