@@ -2,7 +2,7 @@
 model, chat tokenization, and generation requests whose bytes the router passes through.
 
 It runs on aiohttp rather than httpx: on the router's hot path (one ~190 KB chat body to a local
-vLLM per request) an aiohttp POST took a third of httpx's time, 0.33 ms vs 0.94 ms at the median
+vLLM per request) an aiohttp POST took half of httpx's time, 0.50 ms vs 1.05 ms at the median
 on a 2-core Intel Xeon (benchmarks/test_bench_upstream_client.py measures both side by side).
 Nothing of aiohttp leaks out: callers get `RawAnswer`, `UpstreamStream` and this module's
 exceptions.
