@@ -8,8 +8,9 @@ threads unbound (torch's default count); an explicit list (`0-1`) binds one thre
 listed. On 2 cores `auto` gives the worker one core. Each server gets the same prompts: salted
 cold prefills at PROMPT_TOKENS (nothing cached), then DECODE_TOKENS greedy tokens on a cached
 prompt. Figures: medians, and each setting's ratio to `auto` (these machines are shared and
-noisy: ratios within one run are what to compare). The fastest setting is reported; the demo and
-the test harness use vLLM's default unless it loses clearly (see the README's figures).
+noisy: ratios within one run are what to compare). The fastest setting is reported. On 2 cores
+residency's launcher (the demo and the test harness) reserves no core (`auto-0-reserved`): it
+measured 1.85x faster cold prefill than vLLM's default; the benchmark checks it still wins.
 Run: `pytest benchmarks/test_bench_cpu_threads.py --benchmark-only` (~6 minutes on 2 cores).
 """
 
@@ -27,6 +28,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.bench.ttft import cold_ttfts, corpus_text, text_token_ids
 from residency.corpus.samples import EN_SAMPLE
+from residency.launcher import FEW_CORES
 from residency.machine import machine_info
 from residency.models import smollm2
 from residency.vllm_client import VllmClient
@@ -38,7 +40,9 @@ from vllm_server import VllmServer  # noqa: E402
 pytestmark = pytest.mark.vllm
 
 SETTINGS: dict[str, dict[str, str]] = {
-    "auto": {"VLLM_CPU_OMP_THREADS_BIND": "auto"},
+    # vLLM's default: one core reserved per local worker (set here because residency's launcher
+    # reserves none on 2 cores, the `auto-0-reserved` row).
+    "auto": {"VLLM_CPU_OMP_THREADS_BIND": "auto", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"},
     "auto-0-reserved": {"VLLM_CPU_OMP_THREADS_BIND": "auto", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"},
     "nobind": {"VLLM_CPU_OMP_THREADS_BIND": "nobind"},
     "bind-all-cores": {"VLLM_CPU_OMP_THREADS_BIND": "all"},  # replaced by 0-(n-1) below
@@ -130,3 +134,5 @@ def test_cpu_thread_settings(benchmark: BenchmarkFixture, tmp_path: Path) -> Non
     )
     for figures in results.values():  # every setting served and decoded
         assert all(v > 0 for v in figures.values())
+    if machine_info().cores <= FEW_CORES:  # what residency.launcher picks here beats the default
+        assert results["auto-0-reserved"][longest] < results["auto"][longest], report

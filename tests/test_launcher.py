@@ -88,3 +88,21 @@ def test_vllm_command_and_env() -> None:
     plain = vllm_env(None)  # nothing added beyond this process's own environment
     for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_SERVER_DEV_MODE"):
         assert plain.get(name) == os.environ.get(name)
+
+
+@pytest.mark.parametrize(
+    ("cores", "preset", "expected"),
+    [
+        pytest.param({0, 1}, None, "0", id="2-cores-reserve-none"),
+        pytest.param({0, 1}, "1", "1", id="2-cores-user-setting-kept"),
+        pytest.param(set(range(8)), None, None, id="8-cores-vllm-default"),
+    ],
+)
+def test_few_cores_give_the_model_every_core(
+    monkeypatch: pytest.MonkeyPatch, cores: set[int], preset: str | None, expected: str | None
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: cores)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    if preset is not None:
+        monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", preset)
+    assert vllm_env(1).get("VLLM_CPU_NUM_OF_RESERVED_CPU") == expected
