@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -99,17 +98,6 @@ class UpstreamStream:
             self._response.release()
         else:
             self._response.close()
-
-    async def __aenter__(self) -> UpstreamStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class AsyncVllmClient:
