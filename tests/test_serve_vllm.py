@@ -82,6 +82,26 @@ def sse_events(response: httpx.Response) -> Iterator[dict[str, Any] | str]:
         yield "[DONE]" if data == DONE_DATA else json.loads(data)
 
 
+def fold_stream(events: list[dict[str, Any] | str]) -> tuple[str, list[Any]]:
+    """A chat stream as (its whole text, its events without id, created and delta text, runs of
+    equal events folded into one): what must match whichever way vLLM split the text."""
+    text: list[str] = []
+    shapes: list[Any] = []
+    for event in events:
+        if isinstance(event, dict):
+            event = {k: v for k, v in event.items() if k not in ("id", "created")}
+            choices = []
+            for choice in event.get("choices", []):
+                delta = dict(choice.get("delta") or {})
+                text.append(delta.pop("content", None) or "")
+                choices.append({**choice, "delta": delta, "finish_reason": None})
+            event = {**event, "choices": choices}
+        if not shapes or shapes[-1] != event:
+            shapes.append(event)
+    finish = [c.get("finish_reason") for e in events if isinstance(e, dict) for c in e["choices"]]
+    return "".join(text), [*shapes, [f for f in finish if f]]
+
+
 def log_records(router: RouterProcess, at_least: int = 1) -> list[dict[str, Any]]:
     """The router's query-log lines, once it has written `at_least` of them (it logs a
     non-streamed request just after sending the answer)."""
@@ -232,14 +252,11 @@ def test_streaming_passes_through_token_for_token(
         assert routed.headers["content-type"].startswith("text/event-stream")
         through = list(sse_events(routed))
     assert through[-1] == upstream[-1] == "[DONE]"
-    strip = ("id", "created")
-    assert [
-        {k: v for k, v in e.items() if k not in strip} if isinstance(e, dict) else e
-        for e in through
-    ] == [
-        {k: v for k, v in e.items() if k not in strip} if isinstance(e, dict) else e
-        for e in upstream
-    ]
+    # vLLM itself merges the deltas a slow reader has not yet taken (two tokens in one chunk,
+    # at random on a loaded machine), so two requests need not split the text alike: compare
+    # the text, and every event with its text taken out, runs of equal events folded.
+    assert fold_stream(through) == fold_stream(upstream)
+    assert len(through) >= 4  # role chunk, text, finish chunk, [DONE]: streamed, not buffered
     assert all(isinstance(e, str) or e.get("usage") is None for e in through)
 
     # Asked for usage: the usage chunk passes through, with the prefix cached.
