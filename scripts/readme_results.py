@@ -21,6 +21,17 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+
+
+def _shown_path(path: str) -> str:
+    """A report's file path as the README shows it: relative to the repository when inside it
+    (the checkout's absolute path says nothing to a reader)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return path
+
+
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
@@ -251,7 +262,7 @@ def answers_section(path: Path | None) -> list[str]:
     skipped = [r for r in report["strategies"] if r.get("skipped")]
     out = [
         f"Answer quality with a real generator (`residency eval answers`, "
-        f"{report['evaluated']} questions of `{s['questions']}`, generator "
+        f"{report['evaluated']} questions of `{_shown_path(s['questions'])}`, generator "
         f"{s['generator_model']}, greedy, max_tokens {s['max_tokens']}; judge "
         f"{s['judge_model'] or 'none'}; measured on {_report_machine(report)}). Reference "
         "scorer: score /2 (token F1 of answerable questions in brackets; `unknown`: abstention "
@@ -305,8 +316,8 @@ def prune_section(path: Path | None) -> list[str]:
     lat = report["latency"]
     out = [
         f"The listwise pruner with {s['model']} as grader (`residency eval prune`, "
-        f"{report['questions']} questions of `{s['source']}`, top-{s['k']} chunks, threshold "
-        f"{s['threshold']}, keep-top-k {s['keep_top_k']}; measured on "
+        f"{report['questions']} questions of `{_shown_path(s['source'])}`, top-{s['k']} "
+        f"chunks, threshold {s['threshold']}, keep-top-k {s['keep_top_k']}; measured on "
         f"{_report_machine(report)}; added latency p50 {lat['p50_s']:.2f} s, p95 "
         f"{lat['p95_s']:.2f} s; {report['invalid_outputs']} invalid replies, "
         f"{report['upstream_errors']} upstream errors):",
