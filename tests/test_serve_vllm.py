@@ -98,7 +98,9 @@ def fold_stream(events: list[dict[str, Any] | str]) -> tuple[str, list[Any]]:
             event = {**event, "choices": choices}
         if not shapes or shapes[-1] != event:
             shapes.append(event)
-    finish = [c.get("finish_reason") for e in events if isinstance(e, dict) for c in e["choices"]]
+    finish = [
+        c.get("finish_reason") for e in events if isinstance(e, dict) for c in e.get("choices", [])
+    ]
     return "".join(text), [*shapes, [f for f in finish if f]]
 
 
