@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install plan lint typecheck test bench answers results ci clean
+.PHONY: install plan lint typecheck test bench answers results ci clean gpu-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ results:
 	-$(MAKE) bench
 	$(PY) scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out \
 		--answers .benchmarks/answers-en.json --prune .benchmarks/prune-en.json
+
+# Where an NVIDIA GPU exists: NVML, vLLM's free-memory check, the JAX hold (scripts/gpu_check.py).
+gpu-check:
+	mkdir -p .benchmarks
+	$(PY) scripts/gpu_check.py --out .benchmarks/gpu-check.json
 
 ci: install lint typecheck test
 

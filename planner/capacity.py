@@ -16,6 +16,8 @@ cdiv(1000, 16) = 63 blocks, concurrency 100 / 63 = 1.587, KV tokens int(1587.3) 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import CapacityError
@@ -36,6 +38,11 @@ class KVCapacity(BaseModel):
     )
     max_model_len: int = Field(ge=1, description="--max-model-len the capacity refers to.")
     one_request_bytes: int = Field(ge=0, description="KV bytes one max_model_len request needs.")
+    stage_num_blocks: tuple[int, ...] = Field(
+        default=(),
+        description="Pipeline parallel: the blocks each stage's memory holds before vLLM gives "
+        "every stage the smallest count.",
+    )
 
 
 def _one_request_bytes(layout: KVLayout) -> int:
@@ -44,12 +51,15 @@ def _one_request_bytes(layout: KVLayout) -> int:
 
 
 def compute_kv_capacity(
-    layout: KVLayout, kv_cache_memory_bytes: int, max_model_len: int
+    layout: KVLayout, kv_cache_memory_bytes: int | Sequence[int], max_model_len: int
 ) -> KVCapacity:
-    """Blocks, tokens and concurrency vLLM derives from `kv_cache_memory_bytes`.
+    """Blocks, tokens and concurrency vLLM derives from `kv_cache_memory_bytes` (per rank: one
+    number for every rank, or one per pipeline stage).
 
     Raises `CapacityError` when one request at max_model_len does not fit, like vLLM does.
     """
+    if not isinstance(kv_cache_memory_bytes, int):
+        return _staged_capacity(layout, tuple(kv_cache_memory_bytes), max_model_len)
     if kv_cache_memory_bytes <= 0:
         raise CapacityError(
             f"no memory is left for the KV cache ({format_gib(kv_cache_memory_bytes)} GiB); "
@@ -75,6 +85,25 @@ def compute_kv_capacity(
         max_model_len=max_model_len,
         one_request_bytes=needed,
     )
+
+
+def _staged_capacity(
+    layout: KVLayout, stage_bytes: tuple[int, ...], max_model_len: int
+) -> KVCapacity:
+    """Pipeline stages with their own memory: each stage sizes its pool from its own bytes and
+    layers, then every stage gets the smallest count (kv_cache_utils.py `get_kv_cache_configs`,
+    "Change the num_blocks of each rank to the smallest among all ranks")."""
+    divisors = layout.stage_bytes_per_block or (layout.bytes_per_block,)
+    if len(stage_bytes) != len(divisors):
+        raise CapacityError(
+            f"{len(stage_bytes)} KV-memory figures for {len(divisors)} pipeline stages"
+        )
+    per_stage = [
+        compute_kv_capacity(layout.model_copy(update={"bytes_per_block": bpb}), kv, max_model_len)
+        for kv, bpb in zip(stage_bytes, divisors, strict=True)
+    ]
+    binding = min(per_stage, key=lambda c: c.num_blocks)
+    return binding.model_copy(update={"stage_num_blocks": tuple(c.num_blocks for c in per_stage)})
 
 
 def max_len_that_fits(layout: KVLayout, usable_bytes: int, max_model_len: int) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.budget import Reserves, ResidentBudget, compute_resident_budget
@@ -27,24 +29,37 @@ class CapacityPlan(BaseModel):
     budget: ResidentBudget = Field(description="Resident prefix budget.")
 
 
+def _per_stage(estimates: Sequence[GpuMemoryEstimate], field: str) -> int | tuple[int, ...]:
+    values = tuple(int(getattr(e, field)) for e in estimates)
+    return values[0] if len(values) == 1 else values
+
+
 def plan_capacity(
     model: ModelSpec,
     settings: CacheSettings,
-    kv_memory: int | GpuMemoryEstimate,
+    kv_memory: int | GpuMemoryEstimate | Sequence[GpuMemoryEstimate],
     reserves: Reserves,
 ) -> CapacityPlan:
-    """Lay out the KV cache, size it from `kv_memory` (bytes, or a GPU estimate) and derive
-    the resident budget."""
+    """Lay out the KV cache, size it from `kv_memory` (bytes per rank, a GPU estimate, or one
+    estimate per pipeline stage) and derive the resident budget."""
     layout = build_kv_layout(model, settings)
     length = settings.max_model_len
     low = high = None
     if isinstance(kv_memory, GpuMemoryEstimate):
-        capacity = compute_kv_capacity(layout, kv_memory.kv_cache_memory_bytes, length)
-        if kv_memory.kv_cache_memory_bytes_low > layout.bytes_per_block:
-            low = compute_kv_capacity(layout, kv_memory.kv_cache_memory_bytes_low, length)
-        high = compute_kv_capacity(layout, kv_memory.kv_cache_memory_bytes_high, length)
-    else:
+        kv_memory = (kv_memory,)
+    if isinstance(kv_memory, int):
         capacity = compute_kv_capacity(layout, kv_memory, length)
+    else:
+        capacity = compute_kv_capacity(
+            layout, _per_stage(kv_memory, "kv_cache_memory_bytes"), length
+        )
+        if min(e.kv_cache_memory_bytes_low for e in kv_memory) > layout.bytes_per_block:
+            low = compute_kv_capacity(
+                layout, _per_stage(kv_memory, "kv_cache_memory_bytes_low"), length
+            )
+        high = compute_kv_capacity(
+            layout, _per_stage(kv_memory, "kv_cache_memory_bytes_high"), length
+        )
     budget = compute_resident_budget(
         max_model_len=length,
         kv_cache_tokens=capacity.kv_cache_tokens,

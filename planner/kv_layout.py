@@ -43,6 +43,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import ModelConfigError
 from planner.model_spec import LayerKind, ModelSpec
+from planner.parallel import (
+    check_tensor_parallel,
+    divide_for_tp,
+    group_layer_indices,
+    kv_heads_per_rank,
+    pp_layer_ranges,
+    stage_group_layers,
+)
 from planner.units import DTYPE_BYTES, KVCacheDType, MambaDType, ModelDType, cdiv, round_up
 
 Platform = Literal["cuda", "cpu"]
@@ -83,6 +91,12 @@ class CacheSettings(BaseModel):
     max_concurrent_batches: int = Field(
         default=1, ge=1, description="Batches in flight: 2 with async scheduling, else PP size."
     )
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, description="--tensor-parallel-size: ranks each layer is split over."
+    )
+    pipeline_parallel_size: int = Field(
+        default=1, ge=1, description="--pipeline-parallel-size: stages the layers are split into."
+    )
     cpu_avx512_bf16: bool = Field(
         default=False,
         description="CPU platform only: the serving host's CPU has AVX512-BF16 (vLLM then keeps "
@@ -100,6 +114,10 @@ class KVGroup(BaseModel):
     block_size: int = Field(ge=1, description="Tokens per block of this group.")
     blocks_per_request: int = Field(
         ge=1, description="Blocks one request at max_model_len holds in this group."
+    )
+    layers_per_stage: tuple[int, ...] = Field(
+        default=(),
+        description="Layers of this group on each pipeline stage (empty: one stage holds all).",
     )
 
 
@@ -135,7 +153,19 @@ class KVLayout(BaseModel):
         ge=1, description="Bytes one block id costs across the largest group (num_blocks divisor)."
     )
     kv_bytes_per_token: int = Field(
-        ge=0, description="Attention KV bytes per token over all attention layers."
+        ge=0, description="Attention KV bytes per token over all attention layers, per TP rank."
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, description="--tensor-parallel-size.")
+    pipeline_parallel_size: int = Field(default=1, ge=1, description="--pipeline-parallel-size.")
+    num_kv_heads_per_rank: int | None = Field(
+        default=None, ge=1, description="KV heads one TP rank stores (replicated below 1)."
+    )
+    stage_layers: tuple[tuple[int, int], ...] = Field(
+        default=(), description="Each pipeline stage's decoder layers as [start, end)."
+    )
+    stage_bytes_per_block: tuple[int, ...] = Field(
+        default=(),
+        description="Each pipeline stage's bytes per block id (its own largest group's layers).",
     )
 
     @property
@@ -212,15 +242,16 @@ def _resolve_ssm_dtype(
     return requested, source
 
 
-def _gdn_page_bytes(model: ModelSpec, conv_dtype: str, ssm_dtype: str) -> int:
+def _gdn_page_bytes(model: ModelSpec, conv_dtype: str, ssm_dtype: str, tp: int) -> int:
     gdn = model.gdn
     if gdn is None:
         raise ModelConfigError("hybrid model lacks linear-attention dimensions")
-    # mamba_utils.gated_delta_net_state_shape (tp=1): conv state (conv_dim, kernel - 1) and
-    # temporal state (num_v_heads, head_v_dim, head_k_dim).
+    # mamba_utils.gated_delta_net_state_shape: conv state (conv_dim / tp, kernel - 1) and
+    # temporal state (num_v_heads / tp, head_v_dim, head_k_dim).
     conv_dim = gdn.head_k_dim * gdn.num_k_heads * 2 + gdn.head_v_dim * gdn.num_v_heads
-    conv_elems = conv_dim * (gdn.conv_kernel_size - 1)
-    ssm_elems = gdn.num_v_heads * gdn.head_v_dim * gdn.head_k_dim
+    conv_elems = divide_for_tp(conv_dim, tp, "the GDN conv dim") * (gdn.conv_kernel_size - 1)
+    v_heads = divide_for_tp(gdn.num_v_heads, tp, "linear_num_value_heads")
+    ssm_elems = v_heads * gdn.head_v_dim * gdn.head_k_dim
     return conv_elems * DTYPE_BYTES[conv_dtype] + ssm_elems * DTYPE_BYTES[ssm_dtype]
 
 
@@ -261,7 +292,11 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
     """Lay out the KV cache as vLLM would: page sizes, block size, groups, bytes per block."""
     model_dtype = _resolve_model_dtype(model, settings)
     kv_dtype = model_dtype if settings.kv_cache_dtype == "auto" else settings.kv_cache_dtype
-    attn_page_1 = model.num_kv_heads * (model.head_size + model.head_size_v) * DTYPE_BYTES[kv_dtype]
+    tp = settings.tensor_parallel_size
+    check_tensor_parallel(model.num_attention_heads, model.num_kv_heads, tp)
+    stages = pp_layer_ranges(model.num_hidden_layers, settings.pipeline_parallel_size)
+    kv_heads = kv_heads_per_rank(model.num_kv_heads, tp)
+    attn_page_1 = kv_heads * (model.head_size + model.head_size_v) * DTYPE_BYTES[kv_dtype]
     block_size = settings.block_size or _DEFAULT_BLOCK_SIZE[settings.platform]
 
     mamba_page: int | None = None
@@ -274,7 +309,7 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
             model_dtype if settings.mamba_cache_dtype == "auto" else settings.mamba_cache_dtype
         )
         ssm_dtype, ssm_reason = _resolve_ssm_dtype(model, settings, conv_dtype)
-        mamba_page = _gdn_page_bytes(model, conv_dtype, ssm_dtype)
+        mamba_page = _gdn_page_bytes(model, conv_dtype, ssm_dtype, tp)
         mode = "align" if settings.enable_prefix_caching else "none"
         # interface.py `_align_hybrid_block_size`: the smallest attention block, a multiple of
         # the kernel alignment, whose page holds one mamba state; mamba pages are padded to it.
@@ -289,6 +324,9 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
         kind: model.count(kind)
         for kind in ("full_attention", "sliding_attention", "linear_attention")
     }
+    group_counts = _group_layer_counts(counts)
+    # Per stage, how many of each group's layers it holds (one stage: all of them).
+    per_stage = stage_group_layers(group_layer_indices(model.layer_kinds, group_counts), stages)
     groups = tuple(
         KVGroup(
             kind=kind,
@@ -297,10 +335,14 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
             blocks_per_request=_blocks_per_request(
                 kind, model, settings, block_size, mode == "align"
             ),
+            layers_per_stage=tuple(stage[g] for stage in per_stage) if len(stages) > 1 else (),
         )
-        for kind, n in _group_layer_counts(counts)
+        for g, (kind, n) in enumerate(group_counts)
     )
     attn_layers = counts["full_attention"] + counts["sliding_attention"]
+    # `_get_kv_cache_bytes_per_block` per worker: every layer's page is the same size after
+    # padding, so each stage's largest projected group decides its divisor.
+    stage_bpb = tuple(max(stage) * page for stage in per_stage)
     return KVLayout(
         model_dtype=model_dtype,
         kv_cache_dtype=kv_dtype,
@@ -313,8 +355,12 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
         mamba_ssm_cache_dtype_reason=ssm_reason,
         mamba_cache_mode=mode,
         groups=groups,
-        # `_get_kv_cache_bytes_per_block`: every layer's page is the same size after padding,
-        # so the largest group decides.
-        bytes_per_block=max(g.num_layers for g in groups) * page,
+        # The stage with the most layers in one group sets the block count of every stage.
+        bytes_per_block=max(stage_bpb),
         kv_bytes_per_token=attn_layers * attn_page_1,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=len(stages),
+        num_kv_heads_per_rank=kv_heads,
+        stage_layers=tuple((r.start, r.stop) for r in stages),
+        stage_bytes_per_block=stage_bpb if len(stages) > 1 else (),
     )

@@ -77,6 +77,9 @@ class ModelSpec(BaseModel):
     quantization: str | None = Field(
         default=None, description="`quantization_config.quant_method`, e.g. fp8."
     )
+    tie_word_embeddings: bool = Field(
+        default=False, description="The output head shares the input embedding's weights."
+    )
 
     @property
     def num_hidden_layers(self) -> int:
@@ -203,4 +206,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any]) -> ModelSpec:
         quantization=str(quant["quant_method"])
         if isinstance(quant, Mapping) and "quant_method" in quant
         else None,
+        tie_word_embeddings=bool(
+            cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False))
+        ),
     )

@@ -160,13 +160,14 @@ def test_default_host_budget_is_near_30k_tokens() -> None:
 @pytest.mark.parametrize(
     ("gpu", "requested", "kv_bytes", "num_blocks", "kv_tokens"),
     [
-        # H100 SXM 80 GB: 85,520,809,984 B x 0.9 = 76,968,728,985; minus weights 16,060,522,496,
+        # H100 SXM 80 GB: ceil(85,520,809,984 B x 0.9) = 76,968,728,986 (vllm/v1/worker/utils.py
+        # request_memory rounds up); minus weights 16,060,522,496,
         # activation 2048 x (2 x 14336 + 8 x 4096) x 2 B + 256 x 128256 x 4 B x 2 = 514,326,528,
-        # non-torch 200 MiB and CUDA graphs 256 MiB = 59,915,729,305 B -> // 2 MiB = 28,570
+        # non-torch 200 MiB and CUDA graphs 256 MiB = 59,915,729,306 B -> // 2 MiB = 28,570
         # blocks; a 32K request holds 2,048 blocks -> int(28570 / 2048 x 32768) = 457,120.
-        pytest.param("h100-80gb", 76_968_728_985, 59_915_729_305, 28_570, 457_120, id="h100"),
-        # RTX 4090: 25,757,220,864 x 0.9 = 23,181,498,777 -> 6,128,499,097 B -> 2,922 blocks.
-        pytest.param("rtx4090-24gb", 23_181_498_777, 6_128_499_097, 2_922, 46_752, id="rtx4090"),
+        pytest.param("h100-80gb", 76_968_728_986, 59_915_729_306, 28_570, 457_120, id="h100"),
+        # RTX 4090: ceil(25,757,220,864 x 0.9) = 23,181,498,778 -> 6,128,499,098 B -> 2,922 blocks.
+        pytest.param("rtx4090-24gb", 23_181_498_778, 6_128_499_098, 2_922, 46_752, id="rtx4090"),
     ],
 )
 def test_gpu_profiles_llama31_8b_hand_computed(

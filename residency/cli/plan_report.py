@@ -61,6 +61,45 @@ def describe_groups(report: CapacityReport) -> str:
     return " + ".join(f"{n}×{layers} {kind}" for (kind, layers), n in counts.items())
 
 
+def _render_devices(report: CapacityReport, console: Console) -> None:
+    """Every visible device (NVML), the ones the plan uses marked."""
+    used = set(report.inputs.used_devices)
+    table = Table(title="Visible GPUs (NVML, CUDA_VISIBLE_DEVICES applied)", title_justify="left")
+    for column in ("cuda", "nvml", "name", "total", "free", "used"):
+        table.add_column(column, justify="right" if column in ("total", "free") else "left")
+    for g in report.inputs.devices:
+        table.add_row(
+            str(g.index),
+            str(g.nvml_index),
+            g.name,
+            _gib(g.total_memory_bytes),
+            _gib(g.free_memory_bytes),
+            "yes" if g.index in used else "",
+        )
+    console.print(table)
+
+
+def _render_ranks(report: CapacityReport, console: Console) -> None:
+    """Per pipeline stage: one rank's weights, activation and KV bytes, and its blocks."""
+    table = Table(title="Per rank (every TP rank of a stage alike)", title_justify="left")
+    for column in ("stage", "layers", "requested", "weights", "activation", "KV cache", "blocks"):
+        table.add_column(column, justify="left" if column in ("stage", "layers") else "right")
+    stage_blocks = report.plan.capacity.stage_num_blocks
+    for i, rank in enumerate(report.ranks):
+        layers = f"{rank.layers[0]}-{rank.layers[1] - 1}" if rank.layers else "all"
+        table.add_row(
+            str(rank.pipeline_stage),
+            layers,
+            _gib(rank.requested_memory_bytes),
+            _gib(rank.terms[0].bytes),
+            _gib(rank.terms[1].bytes),
+            _gib(rank.kv_cache_memory_bytes),
+            f"{stage_blocks[i]:,}" if i < len(stage_blocks) else "",
+        )
+    console.print(table)
+    console.print("vLLM gives every rank the smallest rank's block count.")
+
+
 def render(report: CapacityReport, console: Console) -> None:
     """A readable summary: inputs, memory terms, KV layout, capacity, budget."""
     inp, lay = report.inputs, report.plan.layout
@@ -74,8 +113,14 @@ def render(report: CapacityReport, console: Console) -> None:
         + f" layers) on [bold]{inp.gpu or inp.server or inp.settings.platform}[/], "
         f"max_model_len {inp.settings.max_model_len}"
     )
+    if inp.devices:
+        _render_devices(report, console)
     if report.memory is not None:
-        mem = Table(title="GPU memory", title_justify="left")
+        title = "GPU memory"
+        if lay.tensor_parallel_size * lay.pipeline_parallel_size > 1:
+            stage = report.memory.pipeline_stage
+            title += f" per rank (stage {stage}, the one that sets the blocks)"
+        mem = Table(title=title, title_justify="left")
         mem.add_column("term", min_width=22)
         mem.add_column("GiB", justify="right", no_wrap=True)
         mem.add_column("±", justify="right", no_wrap=True)
@@ -96,11 +141,20 @@ def render(report: CapacityReport, console: Console) -> None:
             "",
         )
         console.print(mem)
+    if report.ranks:
+        _render_ranks(report, console)
     kv = Table(title="KV cache", title_justify="left", show_header=False)
     kv.add_column("what")
     kv.add_column("value", justify="right")
     kv.add_row("KV dtype", lay.kv_cache_dtype)
-    kv.add_row("KV bytes per token (attention layers)", f"{report.kv_bytes_per_token:,}")
+    if lay.tensor_parallel_size * lay.pipeline_parallel_size > 1:
+        kv.add_row(
+            "tensor x pipeline parallel",
+            f"{lay.tensor_parallel_size} x {lay.pipeline_parallel_size}",
+        )
+        kv.add_row("KV heads per rank", str(lay.num_kv_heads_per_rank))
+    per = " per rank" if lay.tensor_parallel_size > 1 else ""
+    kv.add_row(f"KV bytes per token (attention layers{per})", f"{report.kv_bytes_per_token:,}")
     kv.add_row("block size (tokens)", str(report.block_size))
     if lay.mamba_page_size_bytes:
         kv.add_row(

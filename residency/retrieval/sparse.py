@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import bm25s
 import numpy as np
 import orjson
 from numpy.typing import NDArray
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import ConfigError, CorpusError
 from residency.normalize import NORMALIZATION_VERSION
+from residency.retrieval.bm25s_cpu import bm25s
 from residency.retrieval.protocol import Hit, check_k
 from residency.retrieval.stored import check_query_side, read_meta
 from residency.retrieval.tokenize_ja import Tokenizer
