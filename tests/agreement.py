@@ -39,10 +39,12 @@ def assert_planner_agrees(
     max_model_len: int,
     kv_gib: int,
     server_args: Sequence[str] = (),
+    parallel_args: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Both predictions equal the server's numbers and its log line; returns the reports
-    (through the server, offline)."""
-    report = plan_json("--server", server.base_url, "--platform", "cpu")
+    (through the server, offline). `parallel_args` (--tensor-parallel-size / --pipeline-
+    parallel-size) go to both predictions: vLLM's metrics do not say how it is split."""
+    report = plan_json("--server", server.base_url, "--platform", "cpu", *parallel_args)
     vllm = report["server"]
     assert vllm["max_model_len"] == max_model_len
     served = (vllm["block_size"], vllm["num_blocks"], vllm["kv_cache_tokens"])
@@ -64,6 +66,7 @@ def assert_planner_agrees(
         "--max-model-len", str(max_model_len),
         "--platform", "cpu",
         *server_args,
+        *parallel_args,
     )  # fmt: skip
     assert (offline["block_size"], offline["num_blocks"], offline["kv_cache_tokens"]) == served
     return report, offline

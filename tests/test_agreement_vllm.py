@@ -14,10 +14,11 @@ match what vLLM logged.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from agreement import BLOCK_LOG, PADDING_LOG, assert_planner_agrees
+from agreement import BLOCK_LOG, PADDING_LOG, assert_planner_agrees, plan_json
 from conftest import CACHE_DIR
 from vllm_server import VllmServerFactory
 
@@ -133,3 +134,80 @@ def test_planner_matches_vllm_cpu_server(
     page, state = layout["page_size_bytes"], layout["mamba_page_size_bytes"]
     padding = PADDING_LOG.findall(log)
     assert padding[-1:] == ([f"{100 * (page - state) / state:.2f}"] if page > state else [])
+
+
+def _bind_per_rank(ranks: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND with one core list per rank ("0|1" on 2 cores): vLLM's "auto"
+    binding wants a NUMA node per rank, and these machines have one."""
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // ranks
+    return "|".join(
+        ",".join(str(c) for c in cores[i * share : (i + 1) * share]) for i in range(ranks)
+    )
+
+
+# Tensor and pipeline parallel on vLLM CPU (2 ranks, one core each on a 2-core machine):
+# (id, model spec, parallel flags, max_model_len, VLLM_CPU_KVCACHE_SPACE GiB per rank).
+PARALLEL_CONFIGS: list[tuple[str, TinyModelSpec, tuple[str, ...], int, int]] = [
+    # 1 KV head over 2 ranks is replicated (max(1, 1 // 2)), not halved: 4,096 blocks per GiB as
+    # at TP=1.
+    (
+        "dense-mqa-tp2",
+        DENSE_SPEC.model_copy(update={"num_key_value_heads": 1}),
+        ("--tensor-parallel-size", "2"),
+        32768,
+        1,
+    ),
+    # 2 KV heads split 1 + 1 and the GDN state halved (value heads and conv channels / 2): the
+    # block and the page change with TP.
+    ("hybrid-gdn-tp2", HYBRID_SPEC, ("--tensor-parallel-size", "2"), 32768, 1),
+    # 5 layers over 2 stages hold [3, 2]: the 3-layer stage sets every stage's blocks.
+    (
+        "dense-5-layers-pp2",
+        DENSE_SPEC.model_copy(update={"num_hidden_layers": 5}),
+        ("--pipeline-parallel-size", "2"),
+        32768,
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "parallel_args", "max_model_len", "kv_gib"),
+    [pytest.param(*c[1:], id=c[0]) for c in PARALLEL_CONFIGS],
+)
+def test_planner_matches_vllm_cpu_server_in_parallel(
+    vllm_server_factory: VllmServerFactory,
+    tiny_tokenizer_dir: Path,
+    request: pytest.FixtureRequest,
+    spec: TinyModelSpec,
+    parallel_args: tuple[str, ...],
+    max_model_len: int,
+    kv_gib: int,
+) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two ranks need two cores")  # pragma: no cover - CI has two
+    name = request.node.callspec.id
+    model_dir = build_tiny_model(spec, CACHE_DIR / f"agreement-{name}", tiny_tokenizer_dir)
+    server = vllm_server_factory(
+        model_dir,
+        extra_args=("--enforce-eager", "--distributed-executor-backend", "mp", *parallel_args),
+        env={"VLLM_CPU_OMP_THREADS_BIND": _bind_per_rank(2)},
+        max_model_len=max_model_len,
+        kv_cache_space_gib=kv_gib,
+        name=name,
+    )
+    _, offline = assert_planner_agrees(
+        server, model_dir, max_model_len, kv_gib, parallel_args=parallel_args
+    )
+    # The same flags without the parallel sizes predict a different pool: the test can fail.
+    single = plan_json(
+        "--model", str(model_dir),
+        "--kv-cache-memory-bytes", str(kv_gib << 30),
+        "--max-model-len", str(max_model_len),
+        "--platform", "cpu",
+    )  # fmt: skip
+    if name == "dense-mqa-tp2":
+        assert single["num_blocks"] == offline["num_blocks"]  # replicated: one head per rank
+    else:
+        assert single["num_blocks"] != offline["num_blocks"]

@@ -198,7 +198,9 @@ def render(report: CapacityReport, console: Console) -> None:
         console.print(
             "[green]planner agrees with vLLM[/]"
             if srv.agrees
-            else "[yellow]planner and vLLM disagree[/]"
+            else "[yellow]planner and vLLM disagree[/] (a server that runs tensor or pipeline "
+            "parallel needs the same --tensor-parallel-size / --pipeline-parallel-size here: "
+            "its metrics do not say)"
         )
     budget = report.plan.budget
     console.print(
