@@ -19,6 +19,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+# Before any residency import: module-level cache paths are read from it.
+os.environ.setdefault("RESIDENCY_CACHE", str(Path(__file__).resolve().parents[1] / ".cache"))
+
+from residency.corpus.samples import DATA_ROOT
 from residency.eval.retrieval import mean_metrics, question_metrics
 from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
@@ -182,7 +186,7 @@ def jsquad() -> QaSet:
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir() -> Path:
     """The tokenizer trained on the sample corpus (cached by the corpus text's hash)."""
-    return ensure_tokenizer(REPO_ROOT, MODEL_CACHE)
+    return ensure_tokenizer(DATA_ROOT, MODEL_CACHE)
 
 
 @pytest.fixture(scope="session")

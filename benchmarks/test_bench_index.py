@@ -25,7 +25,7 @@ from residency.index import IndexManifest, IndexOptions, build_index
 from residency.tokenizer import ApproxTokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = REPO_ROOT / "corpora/harbor-lights/docs"
+SAMPLE = REPO_ROOT / "residency/data/corpora/harbor-lights/docs"
 JSQUAD = Path(
     os.environ.get(
         "RESIDENCY_JSQUAD_VALID", REPO_ROOT.parent / "shared/data/jsquad/valid-v1.3.json"

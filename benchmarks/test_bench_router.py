@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))  # the server harnesses live beside
 from router_server import RouterProcess  # noqa: E402
 from vllm_server import VllmServer  # noqa: E402
 
-CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
+CORPUS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "docs"
 SERVER_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")
 OVERHEAD_PAIRS = 150
 SOAK_S = float(os.environ.get("RESIDENCY_SOAK_S", "120"))

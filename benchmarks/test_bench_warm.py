@@ -45,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the vLLM server harness lives beside the tests
 from vllm_server import VllmServer, free_port  # noqa: E402
 
-CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
+CORPUS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "docs"
 SERVER_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")
 TTFT_ROUNDS = 3
 PRESSURE_KV_BLOCKS = 160

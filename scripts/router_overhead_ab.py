@@ -81,12 +81,12 @@ def main() -> None:
     if not (before_tree / "residency" / "__init__.py").is_file():
         raise SystemExit(f"--before {before_tree}: not a residency checkout (no residency/)")
     cache = REPO / ".cache" / "tiny-models"
-    tokenizer = ensure_tokenizer(REPO, cache)
+    tokenizer = ensure_tokenizer(REPO / "residency" / "data", cache)
     model = build_tiny_model(DENSE_SPEC, cache / "dense", tokenizer)
     with tempfile.TemporaryDirectory(prefix="router-ab-") as name:
         tmp = Path(name)
         index_dir = tmp / "index"
-        corpus = REPO / "corpora" / "harbor-lights" / "docs"
+        corpus = REPO / "residency" / "data" / "corpora" / "harbor-lights" / "docs"
         build_index(corpus, index_dir, IndexOptions(dense=False), LocalTokenizer(tokenizer), None)
         server = VllmServer(model, log_path=tmp / "vllm.log", extra_args=SERVER_ARGS).start()
         routers: list[ManagedServer] = []

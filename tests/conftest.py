@@ -3,9 +3,10 @@
 Models are built once into ``.cache/tiny-models/`` under the repository root (gitignored) and
 reused across runs while their spec and tokenizer are unchanged (content hash, see
 `residency.models.tiny`). The tokenizer is trained on the project's own corpus under
-``corpora/``. Servers run `python -m vllm.entrypoints.openai.api_server` from the interpreter
-running pytest (override with ``RESIDENCY_VLLM_PYTHON``); tests that need one carry
-``@pytest.mark.vllm``.
+``residency/data/corpora/``. Servers run `python -m vllm.entrypoints.openai.api_server` from the
+interpreter running pytest (override with ``RESIDENCY_VLLM_PYTHON``); tests that need one carry
+``@pytest.mark.vllm``. What the CLI builds (sample indexes, models) goes to the checkout's
+``.cache/`` too (``RESIDENCY_CACHE``, unless set), not the user's cache directory.
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from pathlib import Path
 
 import pytest
 
+# Before any residency import: module-level cache paths are read from it.
+os.environ.setdefault("RESIDENCY_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
+
 # tests/ is not a package: pytest (prepend import mode) puts this folder on sys.path.
 from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
 
+from residency.corpus.samples import DATA_ROOT
 from residency.models import smollm2
 from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
@@ -84,8 +89,8 @@ def _require_vllm() -> None:
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir() -> Path:
-    """A byte-level BPE tokenizer trained on corpora/, cached by the corpus text's hash."""
-    return ensure_tokenizer(REPO_ROOT, CACHE_DIR)
+    """A byte-level BPE tokenizer trained on the sample corpus, cached by the corpus text's hash."""
+    return ensure_tokenizer(DATA_ROOT, CACHE_DIR)
 
 
 def _build(spec: TinyModelSpec, name: str, tokenizer_dir: Path) -> Path:

@@ -26,8 +26,8 @@ from residency.bench.ttft import salted
 from residency.index import IndexOptions, build_index
 from residency.tokenizer import LocalTokenizer
 
-CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
-QUESTIONS = REPO_ROOT / "corpora" / "harbor-lights" / "qa.jsonl"
+CORPUS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "docs"
+QUESTIONS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "qa.jsonl"
 BLOCK = 128  # the dense tiny model's block size on the CPU backend
 LENGTHS = (1000, 4000)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

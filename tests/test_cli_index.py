@@ -15,7 +15,7 @@ from vllm_server import REPO_ROOT, VllmServer
 
 from residency.index import open_index, read_manifest
 
-SAMPLE = REPO_ROOT / "corpora/harbor-lights/docs"
+SAMPLE = REPO_ROOT / "residency/data/corpora/harbor-lights/docs"
 JSQUAD = REPO_ROOT.parent / "shared/data/jsquad/valid-v1.3.json"
 CLI = [sys.executable, "-m", "residency"]
 

@@ -29,7 +29,7 @@ from residency.tokenizer import LocalTokenizer
 
 pytestmark = pytest.mark.vllm
 
-CORPUS = REPO_ROOT / "corpora" / "harbor-lights"
+CORPUS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights"
 SLICE = ("manual/overview.md", "manual/equipment.md")
 PICKED = ("q001", "q014", "q040", "q066")  # simple, detail, timeline (gold not indexed), unknown
 JUDGE_ARGS = (

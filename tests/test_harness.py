@@ -13,6 +13,7 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 from vllm_server import VllmServer, VllmServerError, VllmServerFactory, process_group_alive
 
+from residency.corpus.samples import DATA_ROOT
 from residency.models.tiny import HYBRID_SPEC, TinyModelSpec, build_tiny_model
 from residency.models.tokenizer import (
     IM_END,
@@ -29,10 +30,10 @@ HTTP_TIMEOUT_S = 120.0
 
 def _japanese_passage(min_chars: int = 200) -> str:
     """A passage of the corpus with Japanese text in it."""
-    for text in corpus_texts(REPO_ROOT):
+    for text in corpus_texts(DATA_ROOT):
         if len(JAPANESE.findall(text)) >= min_chars // 4:
             return text[:2000]
-    pytest.fail("the corpus under corpora/ holds no Japanese text")
+    pytest.fail("the corpus under residency/data/corpora/ holds no Japanese text")
 
 
 def _labels(metrics_text: str, metric: str) -> dict[str, str]:

@@ -25,6 +25,7 @@ CROSS_CUTTING = frozenset(
         "launcher",
         "machine",
         "normalize",
+        "paths",
         "prompt_language",
         "query_log",
         "routing",

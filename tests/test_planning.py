@@ -29,9 +29,9 @@ TOPICS = {
 @pytest.fixture(scope="module")
 def tokenizer_dir() -> Path:
     from residency.models.tokenizer import ensure_tokenizer
-    from residency.planning.run import CACHE_DIR, REPO_ROOT
+    from residency.planning.run import CACHE_DIR, DATA_ROOT
 
-    return ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
+    return ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models")
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from residency.planning.run import sample_index
 
 pytestmark = pytest.mark.vllm
 
-CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
-QA = REPO_ROOT / "corpora" / "harbor-lights" / "qa.jsonl"
+CORPUS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "docs"
+QA = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "qa.jsonl"
 TODAY = "2025-06-15"
 QUESTIONS = 30
 

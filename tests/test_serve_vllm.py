@@ -38,7 +38,7 @@ from residency.vllm_client.sse import DONE_DATA, data_events
 
 pytestmark = pytest.mark.vllm
 
-CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
+CORPUS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "docs"
 JSQUAD = REPO_ROOT.parent / "shared/data/jsquad/valid-v1.3.json"
 TODAY = "2025-06-15"
 BLOCK = 128  # the CPU build's block size for the tiny dense model
@@ -543,7 +543,9 @@ def test_eval_answers_residency_strategy_goes_through_the_router(
     resident = {i.section_id for i in plan.resident}
     questions = [
         json.loads(x)
-        for x in (REPO_ROOT / "corpora/harbor-lights/qa.jsonl").read_text("utf-8").splitlines()
+        for x in (REPO_ROOT / "residency/data/corpora/harbor-lights/qa.jsonl")
+        .read_text("utf-8")
+        .splitlines()
     ]
     # One question per type, so the per-type table has every row.
     picked: dict[str, dict[str, Any]] = {}

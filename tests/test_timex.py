@@ -22,7 +22,7 @@ NEW_YEAR = D(2025, 1, 3)  # a Friday: week 2024-12-30..2025-01-05
 MID = D(2025, 6, 15)  # a Sunday: week 2025-06-09..15
 YEAR_END = D(2025, 12, 28)  # a Sunday: week 2025-12-22..28
 REPO = Path(__file__).resolve().parents[1]
-HARBOR = REPO / "corpora/harbor-lights/docs"
+HARBOR = REPO / "residency/data/corpora/harbor-lights/docs"
 
 
 def case(text: str, today: dt.date, start: dt.date, end: dt.date, rule: str) -> object:
@@ -353,7 +353,7 @@ def _texts_we_have() -> list[str]:
     JSQuAD's questions when the data is beside the repo."""
     texts = [p.values[0] for p in RESOLVE] + ["おととしの冬", "一昨年", "二〇二四/三/五", "3/5"]
     for corpus in ("harbor-lights", "harbor-lights-en"):
-        root = REPO / "corpora" / corpus
+        root = REPO / "residency" / "data" / "corpora" / corpus
         for name in ("qa.jsonl", "queries.jsonl"):
             for line in (root / name).read_text("utf-8").splitlines():
                 record = json.loads(line)

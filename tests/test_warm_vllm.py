@@ -29,7 +29,7 @@ from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import Backoff, ServedModel, VllmClient, parse_prometheus, sum_samples
 from residency.warm import WarmTarget, served_matches
 
-CORPUS = REPO_ROOT / "corpora" / "harbor-lights" / "docs"
+CORPUS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "docs"
 WARM_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")
 # Eviction server: 8192-token requests, 80 blocks of 128 = 10,240 KV tokens (vLLM needs >= one
 # max_model_len request). The plan's ~4.6K-token prefix takes 36 blocks, so one 8,000-token

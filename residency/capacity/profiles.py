@@ -1,4 +1,5 @@
-"""GPU and model profiles (TOML files under `profiles/`) and local model directories."""
+"""GPU and model profiles (TOML files, package data under `residency/data/profiles/`) and local
+model directories."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner import ModelConfigError, ModelSpec, model_spec_from_hf_config
 from residency.errors import ProfileError
+from residency.paths import data_root
 
 PROFILES_ENV = "RESIDENCY_PROFILES_DIR"
 
 
 def profiles_dir() -> Path:
-    """`$RESIDENCY_PROFILES_DIR`, else the `profiles/` folder beside the package."""
+    """`$RESIDENCY_PROFILES_DIR`, else the profiles the package ships."""
     override = os.environ.get(PROFILES_ENV)
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "profiles"
+    return Path(override) if override else data_root() / "profiles"
 
 
 class GpuProfile(BaseModel):

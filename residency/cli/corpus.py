@@ -1,4 +1,4 @@
-"""`residency corpus`: corpus tools (import-squad)."""
+"""`residency corpus`: corpus tools (import-squad, samples)."""
 
 from __future__ import annotations
 
@@ -37,5 +37,32 @@ def import_squad(
         f"({report.unanswerable} without an answer) → {qa}\n"
         f"next: residency index {escape(str(outdir / 'docs'))} -o INDEX_DIR, then "
         f"residency eval retrieval --index INDEX_DIR --questions {qa}",
+        highlight=False,
+    )
+
+
+@app.command("samples")
+def samples(json: JsonOption = False) -> None:
+    """List the sample corpora residency ships (package data): docs, query log, questions."""
+    from residency.corpus.samples import SAMPLES
+
+    rows = [
+        {
+            "name": s.name,
+            "docs": str(s.docs),
+            "queries": str(s.queries),
+            "questions": str(s.questions),
+            "chunk_chars": s.chunk_chars,
+        }
+        for s in SAMPLES.values()
+    ]
+    if json:
+        typer.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2))
+        return
+    console = Console()
+    for row in rows:
+        console.print(f"[bold]{row['name']}[/]  {escape(str(row['docs']))}", highlight=False)
+    console.print(
+        "index one: residency index DOCS -o INDEX_DIR (harbor-lights-en: --chunk-chars 800)",
         highlight=False,
     )

@@ -50,7 +50,7 @@ def answers(
         typer.Option(
             "--index",
             help="Index for rag retrieval and whole text (default: the --sample corpus's, "
-            "built under .cache/ on first use).",
+            "built under the cache directory on first use).",
         ),
     ] = None,
     strategy: Annotated[

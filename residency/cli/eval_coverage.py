@@ -76,7 +76,7 @@ def coverage(
         Path,
         typer.Option(
             help="--squad: where the imported corpus and its index are kept.",
-            show_default=".cache/coverage",
+            show_default="CACHE/coverage",
         ),
     ] = COVERAGE_CACHE,
     tokenizer_dir: Annotated[

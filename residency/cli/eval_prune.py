@@ -82,7 +82,7 @@ def prune(
         typer.Option(
             help="Where the imported corpus and its BM25 index are kept (shared with "
             "`eval coverage`).",
-            show_default=".cache/coverage",
+            show_default="CACHE/coverage",
         ),
     ] = COVERAGE_CACHE,
     json: JsonOption = False,

@@ -12,12 +12,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from residency.cli.options import JsonOption
-from residency.corpus.samples import REPO_ROOT
+from residency.corpus.samples import DATA_ROOT
+from residency.paths import cache_root
 
 app = typer.Typer(no_args_is_help=True, help="Build the local models vLLM serves offline.")
 
 ModelName = Literal["smollm2", "tiny-dense", "tiny-hybrid"]
-DEFAULT_MODELS_DIR = REPO_ROOT / ".cache" / "models"
+DEFAULT_MODELS_DIR = cache_root() / "models"
 
 
 def default_dir(name: ModelName) -> Path:
@@ -26,7 +27,7 @@ def default_dir(name: ModelName) -> Path:
         from residency.models.smollm2 import DIR_NAME
 
         return DEFAULT_MODELS_DIR / DIR_NAME
-    return REPO_ROOT / ".cache" / "tiny-models" / name.removeprefix("tiny-")
+    return cache_root() / "tiny-models" / name.removeprefix("tiny-")
 
 
 def build_model(name: ModelName, out: Path) -> Path:
@@ -38,7 +39,7 @@ def build_model(name: ModelName, out: Path) -> Path:
     from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, build_tiny_model
     from residency.models.tokenizer import ensure_tokenizer
 
-    tokenizer = ensure_tokenizer(REPO_ROOT, REPO_ROOT / ".cache" / "tiny-models")
+    tokenizer = ensure_tokenizer(DATA_ROOT, cache_root() / "tiny-models")
     spec = DENSE_SPEC if name == "tiny-dense" else HYBRID_SPEC
     return build_tiny_model(spec, out, tokenizer)
 
@@ -54,7 +55,10 @@ def build(
     ] = "smollm2",
     out: Annotated[
         Path | None,
-        typer.Option(help="Model directory to write (default: under .cache/).", show_default=False),
+        typer.Option(
+            help="Model directory to write (default: under the cache directory).",
+            show_default=False,
+        ),
     ] = None,
     json: JsonOption = False,
 ) -> None:

@@ -169,7 +169,7 @@ def plan(
         Path | None,
         typer.Option(
             help="Index from `residency index` (default: the sample corpus's, built "
-            "under .cache/ on first use).",
+            "under the cache directory on first use).",
             rich_help_panel=_PLAN,
         ),
     ] = None,

@@ -13,21 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from residency.errors import ConfigError
+from residency.paths import data_root
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-CORPORA_DIR = REPO_ROOT / "corpora"
+# Package data (residency/data): the folder that holds corpora/ (and profiles/).
+DATA_ROOT = data_root()
+CORPORA_DIR = DATA_ROOT / "corpora"
 
 
 @dataclass(frozen=True, slots=True)
 class SampleCorpus:
-    """One built-in corpus under corpora/NAME/."""
+    """One built-in corpus under residency/data/corpora/NAME/."""
 
     name: str
     chunk_chars: int | None  # None: the chunker's default
 
     @property
     def root(self) -> Path:
-        """corpora/NAME."""
+        """residency/data/corpora/NAME."""
         return CORPORA_DIR / self.name
 
     @property

@@ -10,11 +10,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.bench import BenchReport
-from residency.corpus.samples import REPO_ROOT
 from residency.demo.budget import DEFAULT_TIME_BUDGET_S
 from residency.demo.questions import QuestionResult
 from residency.demo.servers import ProcessInfo
 from residency.machine import MachineInfo
+from residency.paths import cache_root
 from residency.warm import WarmReport
 
 DemoModel = Literal["smollm2", "tiny"]
@@ -45,7 +45,7 @@ class DemoOptions(BaseModel):
     cold_repeats: int = Field(default=2, ge=1, le=1_000, description="Salted cold sends/length.")
     keep_running: bool = Field(default=False, description="--keep-running: leave servers up.")
     cache_dir: Path = Field(
-        default=REPO_ROOT / ".cache", description="Model, tokenizer and index cache."
+        default_factory=cache_root, description="Model, tokenizer and index cache."
     )
     python: Path = Field(default=Path(sys.executable), description="Interpreter that runs vLLM.")
     kv_cache_space_gib: int = Field(

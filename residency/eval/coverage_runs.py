@@ -1,11 +1,12 @@
 """The two runs of `residency eval coverage`: one existing plan over a questions file, or the
 simulated side-by-side comparison of every strategy on a SQuAD-style file (DESIGN.md §8).
 
-The simulation imports the SQuAD file once into ``.cache/coverage/squad-<sha>/corpus`` and
-builds (or reuses) a BM25-only index beside it (``--dense`` opts into hybrid retrieval: the
-embedding takes minutes on 2 cores). Token counts come from the project's tiny tokenizer, every
-strategy plans the same budget (block size 16, no hybrid alignment) from the same simulated log,
-and every row is evaluated on the same evaluation traffic with the same rankings.
+The simulation imports the SQuAD file once into ``CACHE/coverage/squad-<sha>/corpus`` (CACHE:
+the cache directory, residency/paths.py) and builds (or reuses) a BM25-only index beside it
+(``--dense`` opts into hybrid retrieval: the embedding takes minutes on 2 cores). Token counts
+come from the project's tiny tokenizer, every strategy plans the same budget (block size 16, no
+hybrid alignment) from the same simulated log, and every row is evaluated on the same evaluation
+traffic with the same rankings.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from residency.index.manifest import MANIFEST_FILE, read_manifest
 from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, LogSummary, Strategy, read_plan
-from residency.planning.run import CACHE_DIR, REPO_ROOT
+from residency.planning.run import CACHE_DIR, DATA_ROOT
 from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
@@ -200,7 +201,7 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         raise ConfigError(f"--budget {job.budget_tokens}: the resident budget must be > 0 tokens")
     check_routing(job.k, job.margin, job.hedge, job.prefetch)
     corpus = squad_corpus(job.squad_file, job.cache_dir)
-    tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
+    tokenizer_dir = ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models")
     default_dir = corpus.parent / ("index-dense" if job.dense else "index-bm25")
     index_dir = job.index_dir or default_dir
     index, reused = squad_index(

@@ -8,7 +8,7 @@ with the question's gold paragraph (its section). Three kept sets come from the 
 the pruner as configured (grades >= threshold, plus the keep-top-k floor), the floor alone (the
 first keep_top_k chunks: what you get without a model), and the grades alone (no floor). A
 failed call keeps every chunk in the pruner's rows, as it does in the router. The index is the
-one `eval coverage --squad` builds under ``.cache/coverage`` (BM25-only), reused when present;
+one `eval coverage --squad` builds under ``CACHE/coverage`` (BM25-only), reused when present;
 with a question set, the index given (or the sample corpus's).
 """
 
@@ -30,7 +30,7 @@ from residency.index import BuildProgress, Index, open_index
 from residency.machine import MachineInfo, machine_info
 from residency.models.tiny import STAMP_FILE
 from residency.models.tokenizer import ensure_tokenizer
-from residency.planning.run import CACHE_DIR, REPO_ROOT, sample_index
+from residency.planning.run import CACHE_DIR, DATA_ROOT, sample_index
 from residency.routing import DEFAULT_K
 from residency.serve.pruner import (
     PRUNER_FLAG,
@@ -296,7 +296,7 @@ def _squad_questions(
     """The SQuAD file imported and indexed (cached, BM25-only), and its questions."""
     assert job.squad_file is not None
     corpus = squad_corpus(job.squad_file, job.cache_dir)
-    tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
+    tokenizer_dir = ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models")
     index, reused = squad_index(
         corpus / "docs",
         corpus.parent / "index-bm25",

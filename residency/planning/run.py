@@ -1,8 +1,9 @@
 """`residency plan` end to end: capacity, index, log, tokenizer, selection, plan.json.
 
 The built-in default (no --index, no --corpus) plans the project's sample corpus
-(`corpora/harbor-lights`) with its query log; its index is built on first use under `.cache/`
-and reused, and token counts come from the project's tiny tokenizer trained on that corpus.
+(`residency/data/corpora/harbor-lights`) with its query log; its index is built on first use
+under the cache directory (residency/paths.py) and reused, and token counts come from the
+project's tiny tokenizer trained on that corpus.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from pathlib import Path
 
 from residency.capacity.report import CapacityReport, CapacityRequest, build_capacity_report
 from residency.corpus.chunking import ChunkerSettings
+from residency.corpus.samples import DATA_ROOT as DATA_ROOT
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
-from residency.corpus.samples import REPO_ROOT as REPO_ROOT
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
 from residency.index.store import RetrievalBackend
 from residency.models.tokenizer import ensure_tokenizer
+from residency.paths import cache_root
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import (
     CapacitySnapshot,
@@ -30,7 +32,7 @@ from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer,
 
 SAMPLE_CORPUS = JA_SAMPLE.docs
 SAMPLE_LOG = JA_SAMPLE.queries
-CACHE_DIR = REPO_ROOT / ".cache"
+CACHE_DIR = cache_root()
 
 
 @dataclass(frozen=True)
@@ -80,12 +82,12 @@ def sample_index(
     sample: SampleCorpus = JA_SAMPLE,
     backend: RetrievalBackend | None = None,
 ) -> Index:
-    """A sample corpus's index under .cache/ (dense + BM25), refreshed on every use: the
+    """A sample corpus's index under the cache directory (dense + BM25), refreshed on every use: the
     rebuild is incremental (unchanged chunks keep their vectors), so an edited sample corpus is
     never planned from a stale index and an unchanged one costs a fraction of a second."""
     name = "sample-index" if sample == JA_SAMPLE else f"sample-index-{sample.name}"
     index_dir = CACHE_DIR / name
-    tokenizer_dir = ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models")
+    tokenizer_dir = ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models")
     options = sample_index_options(sample)
     build_index(sample.docs, index_dir, options, LocalTokenizer(tokenizer_dir), progress)
     return open_index(index_dir, backend=backend)
@@ -98,7 +100,7 @@ def encoder_for(job: PlanJob, index: Index, sample: bool) -> ModelTokenizer:
     if job.tokenizer_dir is not None:
         return LocalTokenizer(job.tokenizer_dir)
     if sample:
-        return LocalTokenizer(ensure_tokenizer(REPO_ROOT, CACHE_DIR / "tiny-models"))
+        return LocalTokenizer(ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models"))
     if index.manifest.token_count.method == "tokenizer":
         return LocalTokenizer(Path(index.manifest.token_count.name))
     job.warnings.append(
