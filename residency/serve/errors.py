@@ -14,11 +14,6 @@ def error_response(
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
-def bad_request(message: str) -> Response:
-    """400 invalid_request_error."""
-    return error_response(400, message, "invalid_request_error")
-
-
 def unavailable(configured: int) -> Response:
     """503: no upstream can take the request (positions only, never addresses)."""
     return error_response(
