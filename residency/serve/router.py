@@ -50,6 +50,10 @@ from residency.vllm_client.sse import DONE, EventSplitter, error_event, usage_of
 
 log = logging.getLogger("residency.serve")
 Endpoint = Generation
+# Bodies larger than this are parsed and re-encoded in a worker thread: orjson and pydantic hold
+# the GIL either way, but the event loop then gets its turn every switch interval (5 ms) instead
+# of waiting out a whole multi-megabyte parse.
+INLINE_BODY_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -99,7 +103,11 @@ class Router:
         limits = self.settings.limits
         try:
             raw = await read_body(request, limits)
-            req = parse_request(raw, endpoint, self.settings.allow_prompt_readback)
+            allow = self.settings.allow_prompt_readback
+            if len(raw) > INLINE_BODY_BYTES:  # parsing megabytes must not stall other requests
+                req = await anyio.to_thread.run_sync(parse_request, raw, endpoint, allow)
+            else:
+                req = parse_request(raw, endpoint, allow)
         except RequestError as exc:
             return exc.response()
         except ClientGoneError:  # nothing to answer, nothing to log: no question arrived
@@ -124,6 +132,7 @@ class Router:
         ex = Exchange(endpoint, ctx, started=arrived, ts=ts)
         assembled = assemble_messages(req.messages, self.prefix_text, ctx.block)
         body = req.body
+        large = len(raw) > INLINE_BODY_BYTES
         stream, client_usage = req.stream, req.client_usage
         if stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
@@ -134,7 +143,7 @@ class Router:
             except NoUpstreamError:
                 return self._finish_error(ex, unavailable(len(self.pool.upstreams)))
             try:
-                payload = await self._payload(up, endpoint, body, assembled)
+                payload = await self._payload(up, endpoint, body, assembled, large)
                 if stream:
                     return await self._stream(request, ex, up, payload, client_usage)
                 return await self._unary(request, ex, up, payload)
@@ -161,7 +170,12 @@ class Router:
                 return self._finish_error(ex, response, "upstream_error")
 
     async def _payload(
-        self, up: Upstream, endpoint: Endpoint, body: dict[str, Any], assembled: list[Any]
+        self,
+        up: Upstream,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        assembled: list[Any],
+        large: bool = False,
     ) -> bytes:
         out = dict(body)
         out.setdefault("model", up.model)
@@ -171,6 +185,8 @@ class Router:
             # Completions take raw text; render the same chat shape (and so the same cached
             # prefix) through the upstream's own template and send its token ids.
             out["prompt"] = await up.client.tokenize_chat(out["model"], assembled)
+        if large:  # the client's megabytes again, on their way upstream
+            return await anyio.to_thread.run_sync(orjson.dumps, out)
         return orjson.dumps(out)
 
     def _forwarded(self, ex: Exchange) -> None:
