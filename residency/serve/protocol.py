@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+from typing import Literal
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -38,9 +39,12 @@ class _Deadline:
             transport.close()
 
 
-def header_timeout_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
-    """A protocol class for `uvicorn.Config(http=...)` that closes slow-header clients."""
-    if importlib.util.find_spec("httptools") is not None:
+def header_timeout_protocol(
+    header_timeout_s: float, http: Literal["auto", "h11"] = "auto"
+) -> type[asyncio.Protocol]:
+    """A protocol class for `uvicorn.Config(http=...)` that closes slow-header clients
+    (`http`: as uvicorn's option, auto = httptools when installed)."""
+    if http == "auto" and importlib.util.find_spec("httptools") is not None:
         return _httptools_protocol(header_timeout_s)
 
     class H11HeaderTimeout(H11Protocol):
