@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -350,3 +352,34 @@ def test_a_torn_last_log_line_does_not_swallow_the_next_record(router: RouterPro
     assert logged[0] == "before"
     assert question[:40] in logged  # the first --max-question-chars characters
     assert all(len(q) <= 40 for q in logged)
+
+
+def test_an_upstream_answer_without_done_keeps_the_upstream_in_rotation(
+    offline_plan: Path, tmp_path: Path
+) -> None:
+    """Reproduction 1's other half: an upstream that answers a stream with plain JSON (what
+    vLLM did for `"stream": "false"`) ends that client's stream with an error, and nothing else:
+    health comes from health checks and transport failures only."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    instant = REPO_ROOT / "benchmarks" / "instant_upstream.py"
+    upstream = subprocess.Popen([sys.executable, str(instant), str(port)])
+    try:
+        args = ("--no-warm", "--retriever", "bm25")
+        with RouterProcess(offline_plan, [f"http://127.0.0.1:{port}"], tmp_path, args) as proc:
+            for _ in range(3):
+                streamed = post(proc, CHAT, chat_with(stream=True))
+                assert streamed.status_code == 200
+                events = [e for e in streamed.text.split("\n\n") if e]
+                assert events[-1] == "data: [DONE]"
+                assert json.loads(events[-2][6:])["error"]["type"] == "server_error"
+                health = httpx.get(f"{proc.base_url}/health", timeout=10).json()
+                assert health["upstreams_usable"] == 1
+            assert post(proc, CHAT, GOOD_CHAT).status_code == 200  # not a 503
+            outcomes = [json.loads(x)["outcome"] for x in proc.query_log.read_text().splitlines()]
+            assert outcomes[:3] == ["upstream_error"] * 3
+            assert "out of rotation" not in proc.log_text()
+    finally:
+        upstream.terminate()
+        upstream.wait(10)

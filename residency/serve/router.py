@@ -1,11 +1,13 @@
-"""The request path: parse, retrieve and route, assemble the prompt, forward to the least busy
-upstream, stream its bytes back, then log and count the request.
+"""The request path: read and validate (guard.py, validation.py), retrieve and route, assemble
+the prompt, forward to the least busy upstream, stream its bytes back, then log and count the
+request.
 
 Streams pass through event by event, untouched, except the usage-only chunk the router asks for
 (`stream_options.include_usage`, to read cached tokens) when the client did not ask for it. An
 upstream that fails before answering is retried on the next one; one that dies mid-stream ends
-the client's stream with an OpenAI-shaped error event and `[DONE]`. A client that disconnects
-cancels the upstream request (closing its connection makes vLLM abort it).
+the client's stream with an OpenAI-shaped error event and `[DONE]`. Only transport failures
+take an upstream out of rotation, never what a client's request made it answer. A client that
+disconnects cancels the upstream request (closing its connection makes vLLM abort it).
 """
 
 from __future__ import annotations
