@@ -2,8 +2,10 @@
 process whose only upstream is a closed port, so a request that gets through every check is
 answered 503 (no upstream), and one that does not gets its own 4xx.
 
-Covers issue 21's reproductions 1, 2, 3, 4, 5, 7, 8 and 9 on the router's side; the upstream's
-side (health, streams, answers) is in test_serve_hardening_vllm.py.
+Covers issue 21's reproductions 1 to 9 on the router's side. Two tests put a stand-in upstream
+in front instead, for what vLLM does not do on demand: answer a stream without `[DONE]`
+(benchmarks/instant_upstream.py) and hold a stream open after it (done_then_hold_upstream.py).
+The real vLLM side (health, streams, answers, fuzz) is in test_serve_hardening_vllm.py.
 """
 
 from __future__ import annotations
@@ -383,3 +385,39 @@ def test_an_upstream_answer_without_done_keeps_the_upstream_in_rotation(
     finally:
         upstream.terminate()
         upstream.wait(10)
+
+
+def test_a_stream_whose_done_was_sent_is_logged_ok_when_the_client_hangs_up(
+    offline_plan: Path, tmp_path: Path
+) -> None:
+    """Reproduction 6: the client has `[DONE]` and hangs up before the upstream ends its
+    response (here it holds it open for 2 s): a complete stream, not a 499 disconnect."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    holder = Path(__file__).parent / "done_then_hold_upstream.py"
+    upstream = subprocess.Popen([sys.executable, str(holder), str(port)])
+    try:
+        args = ("--no-warm", "--retriever", "bm25")
+        with RouterProcess(offline_plan, [f"http://127.0.0.1:{port}"], tmp_path, args) as proc:
+            body = json.dumps(chat_with(stream=True)).encode()
+            with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as sock:
+                head = (
+                    f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1:{proc.port}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                )
+                sock.sendall(head.encode() + body)
+                seen = b""
+                while b"data: [DONE]" not in seen:
+                    chunk = sock.recv(65536)
+                    assert chunk, seen
+                    seen += chunk
+            deadline = time.monotonic() + 10  # logged once the router's stream ends
+            while not proc.query_log.exists() or not proc.query_log.read_text():
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            record = json.loads(proc.query_log.read_text().splitlines()[-1])
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    assert (record["outcome"], record["status_code"]) == ("ok", 200)
