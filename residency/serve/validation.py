@@ -57,7 +57,7 @@ Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 class ContentPart(BaseModel):
     """One part of a message's content list (text, or a part vLLM judges)."""
 
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(strict=True, frozen=True, extra="allow")
 
     type: str = Field(min_length=1, max_length=64, description="'text', 'image_url', ...")
     text: str | None = Field(default=None, description="The text of a 'text' part.")
@@ -66,7 +66,7 @@ class ContentPart(BaseModel):
 class ChatMessage(BaseModel):
     """One chat message: a role and its content (tool fields pass through)."""
 
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(strict=True, frozen=True, extra="allow")
 
     role: Role = Field(description="Who speaks.")
     content: str | list[ContentPart] | None = Field(default=None, description="Text or parts.")
@@ -75,7 +75,7 @@ class ChatMessage(BaseModel):
 class StreamOptions(BaseModel):
     """`stream_options` as OpenAI and vLLM define it."""
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
     include_usage: bool | None = Field(default=None, description="Add a final usage chunk.")
     continuous_usage_stats: bool | None = Field(default=None, description="Usage per chunk.")
@@ -85,7 +85,7 @@ class StreamOptions(BaseModel):
 class _Common(BaseModel):
     """The fields the router reads on both endpoints (the others are checked by name)."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
     model: str | None = Field(default=None, min_length=1, max_length=512, description="Model.")
     stream: bool | None = Field(default=None, description="Stream server-sent events.")
