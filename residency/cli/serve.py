@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -18,11 +18,17 @@ from residency.cli.qdrant_options import (
     qdrant_options,
 )
 from residency.errors import ConfigError
-from residency.serve.settings import PrunerOptions, RetrieverName, ServeSettings
+from residency.serve.settings import PrunerOptions, RequestLimits, RetrieverName, ServeSettings
 
 _ROUTE = "Routing"
 _NET = "Network"
 _PRUNE = "Pruner"
+_SAFE = "Limits and safety"
+_LIMIT = RequestLimits.model_fields  # the defaults, declared once
+
+
+def _default(name: str) -> Any:
+    return _LIMIT[name].default
 
 
 def serve(
@@ -138,6 +144,59 @@ def serve(
     request_timeout: Annotated[
         float, typer.Option(help="Seconds one upstream request may take.")
     ] = 600.0,
+    max_body_bytes: Annotated[
+        int, typer.Option(help="Largest request body (413 beyond).", rich_help_panel=_SAFE)
+    ] = _default("max_body_bytes"),
+    max_question_chars: Annotated[
+        int,
+        typer.Option(
+            help="Characters of the question used for retrieval and the query log (a longer "
+            "question is still answered whole).",
+            rich_help_panel=_SAFE,
+        ),
+    ] = _default("max_question_chars"),
+    max_concurrent: Annotated[
+        int,
+        typer.Option(
+            help="Generation requests in flight, streams included (429 beyond).",
+            rich_help_panel=_SAFE,
+        ),
+    ] = _default("max_concurrent"),
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a connection may take to send its request line and headers.",
+            rich_help_panel=_SAFE,
+        ),
+    ] = _default("header_timeout_s"),
+    body_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a request body may take (408 beyond).", rich_help_panel=_SAFE),
+    ] = _default("body_timeout_s"),
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Browser origin let in, e.g. https://app.example (repeatable; requests "
+            "carrying any other Origin get 403).",
+            rich_help_panel=_SAFE,
+        ),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Host header name accepted besides --host (repeatable; e.g. behind a proxy).",
+            rich_help_panel=_SAFE,
+        ),
+    ] = None,
+    allow_prompt_readback: Annotated[
+        bool,
+        typer.Option(
+            "--allow-prompt-readback",
+            help="Pass echo, prompt_logprobs, return_token_ids and return_tokens_as_token_ids "
+            "on: they return the hidden prompt (prefix and retrieved passages).",
+            rich_help_panel=_SAFE,
+        ),
+    ] = False,
     qdrant: QdrantLocation = None,
     collection: QdrantCollection = None,
     qdrant_api_key: QdrantApiKey = None,
@@ -177,6 +236,16 @@ def serve(
         warm=warm,
         health_interval_s=health_interval,
         request_timeout_s=request_timeout,
+        limits=RequestLimits(
+            max_body_bytes=max_body_bytes,
+            max_question_chars=max_question_chars,
+            max_concurrent=max_concurrent,
+            header_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+        ),
+        allow_origins=tuple(allow_origin or ()),
+        allow_hosts=tuple(allow_host or ()),
+        allow_prompt_readback=allow_prompt_readback,
     )
     from residency.serve.run import run_server  # the router's imports load only when serving
 

@@ -14,6 +14,7 @@ import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -24,6 +25,7 @@ from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
 from residency.serve.context import ContextBuilder
 from residency.serve.errors import error_response, unavailable
+from residency.serve.guard import RequestGuard
 from residency.serve.router import Router
 from residency.serve.settings import ServeSettings
 from residency.serve.telemetry import RouterMetrics
@@ -123,7 +125,7 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
         except TransportError:
             router.pool.mark_down(ups[0])
             return unavailable(len(router.pool.upstreams))
-        return Response(answer.content, answer.status_code, media_type="application/json")
+        return served_models(answer.content, answer.status_code)
 
     async def health(request: Request) -> Response:
         pool = state["router"].pool
@@ -147,7 +149,7 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
         log.exception("internal error on %s", request.url.path, exc_info=exc)
         return error_response(500, "internal error in the router", "server_error")
 
-    app = Starlette(
+    app: ASGIApp = Starlette(
         routes=[
             # The paths vLLM serves: the router stands in for it.
             Route(endpoints.CHAT, chat, methods=["POST"]),
@@ -159,7 +161,29 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error, Exception: internal_error},
     )
-    return ApiKeyMiddleware(app, settings.api_key) if settings.api_key else app
+    if settings.api_key:
+        app = ApiKeyMiddleware(app, settings.api_key)
+    if settings.allow_origins:  # preflights and CORS headers for the pages let in
+        app = CORSMiddleware(
+            app, allow_origins=list(settings.allow_origins), allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )  # fmt: skip
+    return RequestGuard(app, settings)
+
+
+MODEL_FIELDS = ("id", "object", "created", "owned_by", "max_model_len")
+
+
+def served_models(content: bytes, status: int) -> Response:
+    """vLLM's /v1/models with the served names only: `root` and `parent` hold the model's
+    filesystem path, which is the operator's business."""
+    try:
+        listed = orjson.loads(content)
+        data = [{k: m[k] for k in MODEL_FIELDS if k in m} for m in listed["data"]]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return error_response(502, "the model server's model list is unreadable", "server_error")
+    body = {"object": "list", "data": data}
+    return Response(orjson.dumps(body), status, media_type="application/json")
 
 
 async def _sync_log_every(router: Router, interval_s: float) -> None:

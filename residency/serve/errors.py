@@ -6,15 +6,12 @@ import orjson
 from starlette.responses import Response
 
 
-def error_response(status: int, message: str, kind: str, code: str | None = None) -> Response:
+def error_response(
+    status: int, message: str, kind: str, code: str | None = None, param: str | None = None
+) -> Response:
     """A JSON error the OpenAI client libraries understand."""
-    body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
+    body = {"error": {"message": message, "type": kind, "code": code, "param": param}}
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
-
-
-def bad_request(message: str) -> Response:
-    """400 invalid_request_error."""
-    return error_response(400, message, "invalid_request_error")
 
 
 def unavailable(configured: int) -> Response:

@@ -1,11 +1,13 @@
-"""The request path: parse, retrieve and route, assemble the prompt, forward to the least busy
-upstream, stream its bytes back, then log and count the request.
+"""The request path: read and validate (guard.py, validation.py), retrieve and route, assemble
+the prompt, forward to the least busy upstream, stream its bytes back, then log and count the
+request.
 
 Streams pass through event by event, untouched, except the usage-only chunk the router asks for
 (`stream_options.include_usage`, to read cached tokens) when the client did not ask for it. An
 upstream that fails before answering is retried on the next one; one that dies mid-stream ends
-the client's stream with an OpenAI-shaped error event and `[DONE]`. A client that disconnects
-cancels the upstream request (closing its connection makes vLLM abort it).
+the client's stream with an OpenAI-shaped error event and `[DONE]`. Only transport failures
+take an upstream out of rotation, never what a client's request made it answer. A client that
+disconnects cancels the upstream request (closing its connection makes vLLM abort it).
 """
 
 from __future__ import annotations
@@ -24,16 +26,18 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from residency.errors import BackendError, ConfigError
+from residency.errors import BackendError
 from residency.query_log import QueryLogWriter
 from residency.serve.context import ContextBuilder, RequestContext
-from residency.serve.errors import bad_request, error_response, unavailable
+from residency.serve.errors import error_response, unavailable
+from residency.serve.guard import ClientGoneError, read_body
 from residency.serve.headers import route_headers
-from residency.serve.prompt import assemble_messages, question_of
+from residency.serve.prompt import assemble_messages
 from residency.serve.record import Outcome, RouterLogRecord
 from residency.serve.settings import ServeSettings
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, Upstream, UpstreamPool
+from residency.serve.validation import RequestError, parse_request
 from residency.vllm_client import (
     AnswerTimeoutError,
     RefusedError,
@@ -48,6 +52,10 @@ from residency.vllm_client.sse import DONE, EventSplitter, error_event, usage_of
 
 log = logging.getLogger("residency.serve")
 Endpoint = Generation
+# Bodies larger than this are parsed and re-encoded in a worker thread: orjson and pydantic hold
+# the GIL either way, but the event loop then gets its turn every switch interval (5 ms) instead
+# of waiting out a whole multi-megabyte parse.
+INLINE_BODY_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -94,24 +102,23 @@ class Router:
         """Serve one chat or completions request."""
         arrived = time.perf_counter()
         ts = dt.datetime.now(dt.UTC)
+        limits = self.settings.limits
         try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            return bad_request("the request body is not valid JSON")
-        if not isinstance(body, dict):
-            return bad_request("the request body must be a JSON object")
-        try:
-            messages = _messages(body, endpoint)
-            question = question_of(messages)
-        except ConfigError as exc:
-            return bad_request(str(exc))
-        try:
-            if self.settings.retriever == "bm25":  # ~1 ms: cheaper inline than a thread hop
-                retrieval = self.builder.retrieve(question)
-            else:  # embedding a query takes tens of ms: keep the event loop free
-                retrieval = await anyio.to_thread.run_sync(
-                    self.builder.retrieve, question, None, limiter=self._limiter
-                )
+            raw = await read_body(request, limits)
+            allow = self.settings.allow_prompt_readback
+            if len(raw) > INLINE_BODY_BYTES:  # parsing megabytes must not stall other requests
+                req = await anyio.to_thread.run_sync(parse_request, raw, endpoint, allow)
+            else:
+                req = parse_request(raw, endpoint, allow)
+        except RequestError as exc:
+            return exc.response()
+        except ClientGoneError:  # nothing to answer, nothing to log: no question arrived
+            return Response(status_code=499)
+        question = req.question[: limits.max_question_chars]
+        try:  # off the event loop: a long question must not stall health checks and streams
+            retrieval = await anyio.to_thread.run_sync(
+                self.builder.retrieve, question, None, limiter=self._limiter
+            )
         except BackendError as exc:  # Qdrant down: the client may retry, nothing internal shown
             log.error("retrieval backend: %s", exc)
             return error_response(
@@ -125,9 +132,10 @@ class Router:
             if not ctx.prune.valid:
                 self.metrics.pruner_invalid.inc()
         ex = Exchange(endpoint, ctx, started=arrived, ts=ts)
-        assembled = assemble_messages(messages, self.prefix_text, ctx.block)
-        stream = bool(body.get("stream"))
-        client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        assembled = assemble_messages(req.messages, self.prefix_text, ctx.block)
+        body = req.body
+        large = len(raw) > INLINE_BODY_BYTES
+        stream, client_usage = req.stream, req.client_usage
         if stream:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         tried: list[Upstream] = []
@@ -137,7 +145,7 @@ class Router:
             except NoUpstreamError:
                 return self._finish_error(ex, unavailable(len(self.pool.upstreams)))
             try:
-                payload = await self._payload(up, endpoint, body, assembled)
+                payload = await self._payload(up, endpoint, body, assembled, large)
                 if stream:
                     return await self._stream(request, ex, up, payload, client_usage)
                 return await self._unary(request, ex, up, payload)
@@ -164,7 +172,12 @@ class Router:
                 return self._finish_error(ex, response, "upstream_error")
 
     async def _payload(
-        self, up: Upstream, endpoint: Endpoint, body: dict[str, Any], assembled: list[Any]
+        self,
+        up: Upstream,
+        endpoint: Endpoint,
+        body: dict[str, Any],
+        assembled: list[Any],
+        large: bool = False,
     ) -> bytes:
         out = dict(body)
         out.setdefault("model", up.model)
@@ -174,6 +187,8 @@ class Router:
             # Completions take raw text; render the same chat shape (and so the same cached
             # prefix) through the upstream's own template and send its token ids.
             out["prompt"] = await up.client.tokenize_chat(out["model"], assembled)
+        if large:  # the client's megabytes again, on their way upstream
+            return await anyio.to_thread.run_sync(orjson.dumps, out)
         return orjson.dumps(out)
 
     def _forwarded(self, ex: Exchange) -> None:
@@ -246,7 +261,7 @@ class Router:
         self, ex: Exchange, up: Upstream, response: UpstreamStream, client_usage: bool
     ) -> AsyncIterator[bytes]:
         splitter = EventSplitter()
-        saw_done = False
+        sent_done = False  # the client has [DONE]: whatever happens next, the stream is complete
         try:
             async for data in response.chunks():
                 for event in splitter.feed(data):
@@ -257,17 +272,24 @@ class Router:
                         ex.usage = usage
                         if usage_only and not client_usage:
                             continue
-                    saw_done = saw_done or event.startswith(DONE[:-2])
                     yield event
-            if not saw_done:
-                raise TransportError("stream ended without [DONE]")
-        except TransportError:
-            ex.outcome, ex.status_code = "upstream_error", 502
-            self.pool.mark_down(up)
-            yield error_event("the model server failed while streaming; the answer is incomplete")
-            yield DONE
+                    sent_done = sent_done or event.startswith(DONE[:-2])
+            if not sent_done:  # an answer without [DONE] says nothing about the server's health
+                ex.outcome, ex.status_code = "upstream_error", 502
+                yield error_event("the model server ended the stream early; it is incomplete")
+                yield DONE
+        except TransportError as exc:  # the connection failed: out until its next health check
+            if not sent_done:
+                ex.outcome, ex.status_code = "upstream_error", 502
+                if not isinstance(exc, AnswerTimeoutError):  # slow is not down
+                    self.pool.mark_down(up)
+                yield error_event(
+                    "the model server failed while streaming; the answer is incomplete"
+                )
+                yield DONE
         except (asyncio.CancelledError, GeneratorExit):
-            ex.outcome, ex.status_code = "disconnected", 499
+            if not sent_done:
+                ex.outcome, ex.status_code = "disconnected", 499
             raise
         finally:
             response.close()
@@ -345,24 +367,6 @@ class Router:
             self.sync_log()
             self.log.close()
             self.log = None
-
-
-def _messages(body: dict[str, Any], endpoint: Endpoint) -> list[Any]:
-    """The chat messages of a request (a completions prompt becomes one user message)."""
-    if endpoint == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ConfigError("'messages' must be a non-empty list")
-        return messages
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]
-    if not isinstance(prompt, str):
-        raise ConfigError(
-            "'prompt' must be one string: the router retrieves for a question, not token ids "
-            "or batches"
-        )
-    return [{"role": "user", "content": prompt}]
 
 
 def _usage(content: bytes) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ import socket
 
 from residency.errors import ConfigError
 from residency.serve.app import create_app, load_builder
+from residency.serve.protocol import header_timeout_protocol
 from residency.serve.settings import ServeSettings
 
 
@@ -23,6 +24,7 @@ def run_server(settings: ServeSettings) -> None:
         port=settings.port,
         log_level="info",
         access_log=False,
+        http=header_timeout_protocol(settings.limits.header_timeout_s),
         timeout_graceful_shutdown=5,
     )
     uvicorn.Server(config).run()

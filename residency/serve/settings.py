@@ -27,6 +27,32 @@ class PrunerOptions(BaseModel):
     timeout_s: float = Field(default=10.0, gt=0, le=600, description="--pruner-timeout.")
 
 
+class RequestLimits(BaseModel):
+    """What one client request may cost the router (each limit is a `residency serve` flag)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_body_bytes: int = Field(
+        default=1_048_576, ge=1024, le=1 << 30, description="--max-body-bytes (413 beyond)."
+    )
+    max_question_chars: int = Field(
+        default=2000,
+        ge=1,
+        le=1_000_000,
+        description="--max-question-chars: retrieval and the query log use this much of the "
+        "question (the whole question is still answered).",
+    )
+    max_concurrent: int = Field(
+        default=256, ge=1, le=100_000, description="--max-concurrent requests (429 beyond)."
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, le=3600, description="--header-timeout: request line and headers."
+    )
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, le=3600, description="--body-timeout: the whole body (408 beyond)."
+    )
+
+
 class ServeSettings(BaseModel):
     """Everything the router needs; built by the CLI from flags."""
 
@@ -60,6 +86,18 @@ class ServeSettings(BaseModel):
     warm: bool = Field(default=True, description="--warm/--no-warm each upstream as it joins.")
     health_interval_s: float = Field(default=5.0, gt=0, le=3600, description="--health-interval.")
     request_timeout_s: float = Field(default=600.0, gt=0, description="--request-timeout.")
+    limits: RequestLimits = Field(
+        default_factory=lambda: RequestLimits(), description="What one request may cost."
+    )
+    allow_origins: tuple[str, ...] = Field(
+        default=(), max_length=64, description="--allow-origin: browser origins let in."
+    )
+    allow_hosts: tuple[str, ...] = Field(
+        default=(), max_length=64, description="--allow-host: Host names accepted besides --host."
+    )
+    allow_prompt_readback: bool = Field(
+        default=False, description="--allow-prompt-readback: echo, prompt_logprobs, token ids."
+    )
 
     @model_validator(mode="after")
     def _qdrant(self) -> ServeSettings:

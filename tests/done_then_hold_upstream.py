@@ -1,0 +1,64 @@
+"""A stand-in upstream whose streams send `data: [DONE]` and then hold the response open for
+HOLD_S seconds before ending it: the window in which a client that has its whole answer hangs
+up. Tests only (`python tests/done_then_hold_upstream.py PORT`); answers /health, /v1/models and
+streamed chat completions, nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+HOLD_S = 2.0
+MODELS = b'{"object": "list", "data": [{"id": "hold", "object": "model"}]}'
+EVENTS = (
+    b'data: {"id": "c", "object": "chat.completion.chunk", "model": "hold", '
+    b'"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": "length"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+def _plain(body: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    return head % len(body) + body
+
+
+async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            path = lines[0].split(b" ")[1]
+            length = 0
+            for line in lines[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if length:
+                await reader.readexactly(length)
+            if path == b"/v1/chat/completions":
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n"
+                    + b"%x\r\n" % len(EVENTS)
+                    + EVENTS
+                    + b"\r\n"
+                )
+                await writer.drain()
+                await asyncio.sleep(HOLD_S)
+                writer.write(b"0\r\n\r\n")
+            else:
+                writer.write(_plain(MODELS if path == b"/v1/models" else b""))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    writer.close()
+
+
+async def main(port: int) -> None:
+    server = await asyncio.start_server(_serve, "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1])))
