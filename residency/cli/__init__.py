@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
+from residency.cli.help import use_readable_help
 from residency.errors import USER_ERRORS
 
 app = typer.Typer(
@@ -47,6 +48,7 @@ def _register() -> None:
     app.command("serve")(serve_cli.serve)
     app.command("bench")(bench_cli.bench)
     app.command("demo")(demo_cli.demo)
+    use_readable_help(app)
 
 
 _register()

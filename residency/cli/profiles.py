@@ -46,7 +46,9 @@ def profiles(
         return
     console = Console()
     gt = Table(title="GPU profiles (--profile)", title_justify="left")
-    for col in ("name", "device", "memory", "fp8"):
+    # Names are what users type: never cut (no_wrap), the other columns wrap instead.
+    gt.add_column("name", no_wrap=True)
+    for col in ("device", "memory", "fp8"):
         gt.add_column(col)
     for g in gpus:
         gt.add_row(
@@ -57,8 +59,9 @@ def profiles(
         )
     console.print(gt)
     mt = Table(title="Model profiles (--model)", title_justify="left")
-    for col in ("name", "architecture", "layers (attention)", "KV heads × head_dim", "weights"):
-        mt.add_column(col)
+    mt.add_column("name", no_wrap=True)
+    for col in ("architecture", "layers (attention)", "KV heads × head_dim", "weights"):
+        mt.add_column(col, overflow="fold")
     for m in models:
         s = m.spec
         attn = s.count("full_attention") + s.count("sliding_attention")

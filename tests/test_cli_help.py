@@ -1,0 +1,60 @@
+"""Help is readable at 80 columns (issue #23): every flag name of every command is printed whole,
+no line is wider than the terminal, and nothing is cut with an ellipsis. Rendered in process
+through typer's test runner with COLUMNS=80, as a terminal of that width would show it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from residency.cli import app
+
+WIDTH = 80
+
+
+def _commands() -> Iterator[tuple[tuple[str, ...], object]]:
+    root = typer.main.get_command(app)
+
+    def walk(command: object, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], object]]:
+        sub = getattr(command, "commands", None)
+        if sub:
+            for name, child in sub.items():
+                yield from walk(child, (*path, name))
+        else:
+            yield path, command
+
+    yield from walk(root, ())
+
+
+COMMANDS = list(_commands())
+
+
+@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
+def test_every_flag_name_is_whole_at_80_columns(path: tuple[str, ...], command: object) -> None:
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH)})
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= WIDTH
+    names = [
+        name
+        for param in getattr(command, "params", [])
+        for name in (*param.opts, *getattr(param, "secondary_opts", []))
+        if name.startswith("-")
+    ]
+    assert names, f"{path} has no options?"
+    for name in names:
+        assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", out), f"{name} cut in {path}"
+
+
+def test_profile_names_are_whole_at_80_columns() -> None:
+    from residency.capacity.profiles import gpu_profile_names, model_profile_names
+
+    result = CliRunner().invoke(app, ["profiles"], env={"COLUMNS": str(WIDTH)})
+    assert result.exit_code == 0, result.output
+    for name in (*gpu_profile_names(), *model_profile_names()):
+        assert re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", result.output), name
