@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -36,10 +37,21 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     root = tmp_path_factory.mktemp("wheel")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RESIDENCY_CACHE")}
     env["RESIDENCY_CACHE"] = str(root / "cache")
+    # Built from a copy: setuptools' build/ never deletes, so a stale one could smuggle a
+    # removed module into the wheel, and the checkout stays untouched.
+    source = root / "source"
+    shutil.copytree(
+        REPO_ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".cache", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
+            ".benchmarks", ".whl", "demo-out",
+        ),
+    )  # fmt: skip
     _run(
         [
             sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-            "--quiet", "-w", str(root / "dist"), str(REPO_ROOT),
+            "--quiet", "-w", str(root / "dist"), str(source),
         ],
         cwd=root,
         env=env,
