@@ -133,7 +133,7 @@ def test_weights_that_do_not_fit_name_the_utilization_that_would() -> None:
 
 
 def test_default_host_budget_is_near_30k_tokens() -> None:
-    """RTX 4070 12 GB, Qwen3.5-4B FP8, 32K context, 0.90: the DESIGN.md setup."""
+    """RTX 4070 12 GB, Qwen3.5-4B FP8, 32K context, 0.90: the docs/design/background.md setup."""
     from residency.capacity.profiles import load_gpu_profile
 
     model = resolve_model("qwen3.5-4b-fp8")

@@ -1,6 +1,6 @@
 """`residency eval prune`: how much retrieved context the listwise pruner removes on a
 SQuAD-style file or a question set with gold section ids (a sample corpus's qa.jsonl), and how
-much gold evidence survives it (DESIGN.md §7).
+much gold evidence survives it (docs/design/routing.md).
 
 Per question (a stride sample of the file's answerable questions, spread over all articles):
 retrieve the top-k chunks from the index, send them to the pruner, and compare the chunks kept

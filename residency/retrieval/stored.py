@@ -1,6 +1,6 @@
 """A retriever saved in an index directory: its metadata file, read back, and the refusal of a
 query side that differs from the side it was built with (another embedder or tokenizer, another
-normalisation: a silent recall drop otherwise, DESIGN.md §6)."""
+normalisation: a silent recall drop otherwise, docs/design/retrieval.md)."""
 
 from __future__ import annotations
 

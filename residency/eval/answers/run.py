@@ -40,7 +40,7 @@ from residency.machine import machine_info
 from residency.planning.plan_model import read_plan
 from residency.vllm_client import VllmClient
 
-DEFAULT_K = 3  # the reference measurement's RAG top-3 (DESIGN.md §1)
+DEFAULT_K = 3  # the reference measurement's RAG top-3 (docs/design/background.md)
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_TIMEOUT_S = 600.0  # a cold whole-text prefill on a CPU takes seconds, not minutes
 

@@ -3,7 +3,7 @@
 Every record carries two verdicts on the same 0/1/2 scale: the reference scorer's (always;
 `reference.py`) and the LLM judge's (when a judge was given). `summarize` reads either.
 
-Rules for the judge's grade (DESIGN.md §7, CRAG's truthfulness):
+Rules for the judge's grade (docs/design/evaluation.md, CRAG's truthfulness):
 - score 2 correct, 1 partial, 0 wrong, from the judge; `abstained` is the judge's separate flag.
 - `unknown` questions (not answerable from the text): an abstention is the right answer and
   counts as correct (2 points); a concrete answer keeps the judge's score.
