@@ -177,7 +177,8 @@ def test_jsquad_import_index_eval_end_to_end_bm25(tmp_path: Path) -> None:
     report = json.loads(ev.stdout)
     assert report["evaluated"] == 4442
     bm25 = report["retrievers"]["bm25"]["overall"]
-    # docs/design/retrieval.md: NFKC + character uni+bigrams reach R@1 .908, R@10 .979 on whole paragraphs.
+    # docs/design/retrieval.md: NFKC + character uni+bigrams reach R@1 .908, R@10 .979 on whole
+    # paragraphs.
     assert bm25["recall_at_1"] > 0.88
     assert bm25["recall_at_10"] > 0.96
 

@@ -1,4 +1,5 @@
-"""Coverage evaluation: how often the generator sees a question's gold evidence (docs/design/evaluation.md).
+"""Coverage evaluation: how often the generator sees a question's gold evidence
+(docs/design/evaluation.md).
 
 For one resident set (a plan's resident chunks, or nothing for RAG-only) and a question:
 

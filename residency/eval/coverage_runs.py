@@ -1,5 +1,6 @@
 """The two runs of `residency eval coverage`: one existing plan over a questions file, or the
-simulated side-by-side comparison of every strategy on a SQuAD-style file (docs/design/evaluation.md).
+simulated side-by-side comparison of every strategy on a SQuAD-style file
+(docs/design/evaluation.md).
 
 The simulation imports the SQuAD file once into ``CACHE/coverage/squad-<sha>/corpus`` (CACHE:
 the cache directory, residency/paths.py) and builds (or reuses) a BM25-only index beside it

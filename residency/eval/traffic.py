@@ -1,5 +1,6 @@
 """Simulated traffic over a SQuAD-style question set: a query log for the planner and disjoint
-evaluation traffic, both drawn with Zipf popularity over the gold paragraphs (docs/design/evaluation.md).
+evaluation traffic, both drawn with Zipf popularity over the gold paragraphs
+(docs/design/evaluation.md).
 
 How a run is drawn (pure given the questions and `TrafficOptions`; every random choice comes from
 a `random.Random` seeded with the seed and a purpose string, so one seed gives one run anywhere):

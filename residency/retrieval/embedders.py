@@ -1,8 +1,8 @@
 """Dense text embedders (query / passage sides), named so the index manifest can refuse a mismatch.
 
-Prefixes per model family (docs/design/retrieval.md): ruri-v3 `検索クエリ: ` / `検索文書: `, ruri v1/v2
-`クエリ: ` / `文章: `, e5 `query: ` / `passage: `, bge-m3 none. A wrong or doubled prefix costs
-recall silently, so the prefix style is part of the embedder's identity.
+Prefixes per model family (docs/design/retrieval.md): ruri-v3 `検索クエリ: ` / `検索文書: `,
+ruri v1/v2 `クエリ: ` / `文章: `, e5 `query: ` / `passage: `, bge-m3 none. A wrong or doubled
+prefix costs recall silently, so the prefix style is part of the embedder's identity.
 """
 
 from __future__ import annotations

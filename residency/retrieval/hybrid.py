@@ -1,7 +1,7 @@
 """Hybrid retrieval: each retriever prefetches candidates, weighted RRF fuses them.
 
-Prefetch 40 per retriever before fusion (docs/design/retrieval.md: 20 -> 40 raised recall@10 .71 -> .83 on
-Japanese technical text; 80 added nothing).
+Prefetch 40 per retriever before fusion (docs/design/retrieval.md: 20 -> 40 raised recall@10
+.71 -> .83 on Japanese technical text; 80 added nothing).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from residency.retrieval.protocol import Hit, Retriever, check_k
 #   MRR@10   .9304     .9333  .9328  .9331  .9330  .9315  .9308  .9229  .9157  .9013  .8821
 #   R@10     .9777     .9795  .9813  .9811  .9818  .9815  .9811  .9822  .9813  .9786  .9705
 # .1-.3 tie on MRR@10 (.0003 is about one question); .3 keeps the best R@5/R@10 among them and
-# matches docs/design/retrieval.md. JSQuAD questions were written from their paragraphs, so word overlap
-# favours BM25; on real queries dense usually does better (docs/design/retrieval.md reports dense 1.0 :
-# sparse 0.6), so re-tune per corpus and always report each retriever beside the fusion.
+# matches docs/design/retrieval.md. JSQuAD questions were written from their paragraphs, so
+# word overlap favours BM25; on real queries dense usually does better (docs/design/retrieval.md
+# reports dense 1.0 : sparse 0.6), so re-tune per corpus and always report each retriever beside
+# the fusion.
 DEFAULT_WEIGHTS: dict[str, float] = {"dense": 0.3, "bm25": 0.7}
 DEFAULT_PREFETCH = 40
 

@@ -1,8 +1,9 @@
 """BM25 tokenizers for Japanese text, named so the index manifest can refuse a mismatch.
 
 The default, `CjkBigramTokenizer`, needs no dictionary: measured on JSQuAD v1.3 valid
-(docs/design/retrieval.md) NFKC + character uni+bigrams reaches MRR@10 .935, above Sudachi C normalised forms (~.925),
-while bm25s's own whitespace tokenizer turns a whole Japanese sentence into one token (.250).
+(docs/design/retrieval.md) NFKC + character uni+bigrams reaches MRR@10 .935, above Sudachi C
+normalised forms (~.925), while bm25s's own whitespace tokenizer turns a whole Japanese sentence
+into one token (.250).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The listwise pruner (docs/design/routing.md): a small model grades every retrieved passage at once.
+"""The listwise pruner (docs/design/routing.md): a small model grades every retrieved passage
+at once.
 
 The question and all n passages go to an OpenAI-compatible chat endpoint in one request; the
 passages are labelled 1..n (short numbers a small model copes with, not chunk ids). The reply is

@@ -15,7 +15,8 @@ StrategyName = Literal["echo", "rag", "whole", "residency"]
 STRATEGIES: tuple[StrategyName, ...] = ("echo", "rag", "whole", "residency")
 # A strategy's label in reports: "echo", "rag-top3", "rag-top5", "whole", "residency".
 _LABEL = r"^(echo|rag-top[1-9][0-9]*|whole|residency)$"
-# The reference measurement's six types (docs/design/background.md); anything else is grouped under OTHER_TYPE.
+# The reference measurement's six types (docs/design/background.md); anything else is grouped
+# under OTHER_TYPE.
 QUESTION_TYPES: tuple[str, ...] = (
     "simple",
     "detail",
