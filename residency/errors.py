@@ -4,14 +4,30 @@
     ├── ConfigError                     a flag or setting out of range, or contradicting another
     ├── ProfileError                    unknown / malformed GPU or model profile, config.json
     ├── CorpusError                     unreadable corpus files, bad lines, duplicate ids
-    ├── GpuError                        no NVIDIA driver / pynvml for ``--gpu auto``
+    ├── GpuError                        no NVIDIA driver / pynvml, too little free GPU memory,
+    │                                   devices CUDA_VISIBLE_DEVICES does not show
     ├── BackendError                    a retrieval backend (Qdrant) that cannot be reached
+    ├── JudgeError                      the LLM judge cannot be asked (eval/answers/judge.py)
     └── UpstreamError                   a vLLM server that cannot be reached or answers badly
-        └── UpstreamMismatchError       the server serves another model / tokenizer / length
+        ├── UpstreamMismatchError       the server serves another model / tokenizer / length
+        ├── RefusedError                vLLM answered 4xx/5xx (vllm_client/wire.py)
+        └── ServerStartError            a server residency started did not come up (launcher.py)
 
     planner.errors.PlannerError         raised by the pure planner (which cannot import us)
+    ├── ModelConfigError                a config.json lacks a field, or TP/PP cannot split it
     ├── CapacityError                   the model does not fit, or leaves no KV cache
     └── InfeasiblePlanError             a resident budget at or below zero, pins over the budget
+
+Internal signals, caught where they are raised and never shown to a user as such:
+
+    vllm_client.async_client.TransportError   the router's upstream call failed in transport
+    ├── UnreachedError                        no connection (the upstream leaves rotation)
+    └── AnswerTimeoutError                    connected, but no answer in time
+    serve.validation.RequestError             a client request the router refuses (4xx body)
+    serve.upstreams.NoUpstreamError           every upstream is out of rotation (503)
+    serve.guard.ClientGoneError               the client left mid-body (logged, no traceback)
+    serve.pruner.InvalidReplyError            the pruner model's reply is not the JSON asked for
+    warm.watch._ServerDownError               `warm --watch` waits the restart out
 
 `USER_ERRORS` is the tuple of both roots: what the CLI reports as one line.
 Messages say what failed, the numbers on both sides, the best feasible value where there is one,
