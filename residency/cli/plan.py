@@ -180,6 +180,16 @@ def plan(
             rich_help_panel=_PLAN,
         ),
     ] = "planner",
+    prefixes: Annotated[
+        int | None,
+        typer.Option(
+            help="Resident prefixes, each within the window, together within the KV cache "
+            "minus --concurrency requests' own tokens; 1: one prefix (the plan before several); "
+            "default: the count with the best expected coverage (--strategy planner).",
+            show_default=False,
+            rich_help_panel=_PLAN,
+        ),
+    ] = None,
     tokenizer_dir: Annotated[
         Path | None,
         typer.Option(
@@ -247,6 +257,8 @@ def plan(
         else:
             render(report, Console())
         return
+    if prefixes is not None and not 1 <= prefixes <= MAX_PREFIXES:
+        raise typer.BadParameter(f"1 to {MAX_PREFIXES}", param_hint="--prefixes")
     if strategy not in STRATEGIES:
         raise typer.BadParameter(f"one of {', '.join(STRATEGIES)}", param_hint="--strategy")
     backend = qdrant_backend(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
@@ -260,6 +272,7 @@ def plan(
         strategy=strategy,  # type: ignore[arg-type]
         pins=tuple(pin or ()),
         excludes=tuple(exclude or ()),
+        prefixes=prefixes,
     )
     with progress_bar(False, eta=True, terminal_only=False) as bar:
         report, plan = run_plan(job, BarProgress(bar))
@@ -278,4 +291,5 @@ def plan(
     render_plan(plan, output, console)
 
 
+MAX_PREFIXES = 64
 STRATEGIES = ("planner", "frequency", "density", "random", "cag", "rag")

@@ -67,7 +67,8 @@ class Exchange:
 
     def headers(self) -> dict[str, str]:
         """What the router tells the client about its choice (ids only, no addresses)."""
-        return route_headers(self.ctx.retrieval.route, self.ctx.section_ids)
+        r = self.ctx.retrieval
+        return route_headers(r.route, self.ctx.section_ids, r.prefix_id)
 
 
 class Router:
@@ -86,7 +87,6 @@ class Router:
         self.pool = pool
         self.http = http
         self.metrics = metrics
-        self.prefix_text = builder.plan.prefix.text
         self.log: QueryLogWriter | None = QueryLogWriter(settings.log) if settings.log else None
         self._limiter = anyio.CapacityLimiter(2)
 
@@ -125,7 +125,8 @@ class Router:
             if not ctx.prune.valid:
                 self.metrics.pruner_invalid.inc()
         ex = Exchange(endpoint, ctx, started=arrived, ts=ts)
-        assembled = assemble_messages(messages, self.prefix_text, ctx.block)
+        prefix_text = self.builder.prefix_text(retrieval.prefix_id)
+        assembled = assemble_messages(messages, prefix_text, ctx.block)
         stream = bool(body.get("stream"))
         client_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if stream:
@@ -292,6 +293,7 @@ class Router:
         route = ex.ctx.retrieval.route
         status = ex.outcome
         self.metrics.requests.labels(ex.endpoint, route, status).inc()
+        self.metrics.prefix_requests.labels(ex.ctx.retrieval.prefix_id).inc()
         usage = Usage.of(ex.usage)
         if usage.prompt_tokens is not None:
             self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens)
@@ -308,6 +310,7 @@ class Router:
             ts=ex.ts,
             endpoint=ex.endpoint,
             route=route,
+            prefix=ex.ctx.retrieval.prefix_id,
             retrieved=ex.ctx.section_ids,
             chunks=ex.ctx.kept_chunk_ids,
             top_chunk=r.top_chunk_id,
