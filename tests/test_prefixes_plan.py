@@ -209,3 +209,37 @@ def test_choose_prefix_takes_the_best_ranked_resident_hit() -> None:
     hits = [Chunk.model_construct(id=i) for i in ("tail", "c2", "c1")]
     assert choose_prefix(hits, {"c1": "p0", "c2": "p1"}, "p0") == "p1"
     assert choose_prefix(hits[:1], {"c1": "p0"}, "p0") == "p0"  # nothing resident: the busiest
+
+
+def test_coverage_of_several_prefixes_counts_only_the_routed_one(
+    index: Index, tokenizer_dir: Path
+) -> None:
+    from residency.eval.coverage import ResidentSet, evaluate_coverage
+    from residency.eval.questions import Question
+
+    cap, enc = capacity(10_000, 300), LocalTokenizer(tokenizer_dir)
+    plan = build_prefix_plan(index, _mass(index), index_closeness(index), cap, enc, PlanOptions())
+    assert len(plan.prefixes) >= 2
+    home = {s: p.id for p in plan.prefixes for s in p.section_ids}
+    names = [n for n in TOPICS if f"manual#{n}" in home]
+    a = names[0]
+    b = next(n for n in names if home[f"manual#{n}"] != home[f"manual#{a}"])
+    questions = [Question(query=TOPICS[n][:20], relevant_ids=(f"manual#{n}",)) for n in names] + [
+        Question(query=TOPICS[a][:20], relevant_ids=(f"manual#{b}",))
+    ]  # gold elsewhere
+    served = ResidentSet.from_plan(plan, k=0)
+    assert served.name == "residency"
+    flat = ResidentSet(
+        name="union",
+        strategy="planner",
+        chunk_ids=plan.resident_chunk_ids(),
+        sections=plan.coverage.resident_sections,
+        prefix_tokens=plan.prefix.token_count,
+        k=0,
+    )
+    # k=0 and no hedge: nothing is retrieved, so coverage is what the prompt's prefix holds.
+    report = evaluate_coverage(index, questions, [served, flat], enc, source="test", hedge=0)
+    by_name = {r.name: r.overall for r in report.results}
+    assert by_name["union"].coverage == pytest.approx(1.0)  # as if every prefix were in it
+    # As served, the last question goes out with a's prefix and cannot see b's section.
+    assert by_name["residency"].coverage == pytest.approx(len(names) / (len(names) + 1))

@@ -108,6 +108,8 @@ def make_plan(server_url: str, index_dir: Path, out: Path) -> Path:
         str(index_dir),
         "-o",
         str(out),
+        "--prefixes",
+        "1",
     )
     assert done.returncode == 0, done.stderr
     return out

@@ -242,6 +242,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
             index_dir=index_dir,
             logs=(str(served.sample.queries),),
             tokenizer_dir=served.tokenizer_dir,
+            prefixes=1,
         )
         _, plan = run_plan(job)
         write_plan(plan, plan_path)

@@ -44,7 +44,13 @@ from residency.index import Index, manifest_hash
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_section
 from residency.retrieval import FusedHit
-from residency.routing import DEFAULT_HEDGE, DEFAULT_MARGIN, Route, decide_route
+from residency.routing import (
+    DEFAULT_HEDGE,
+    DEFAULT_MARGIN,
+    Route,
+    choose_prefix,
+    decide_route,
+)
 from residency.tokenizer import ModelTokenizer
 
 DEFAULT_PREFETCH = 40
@@ -62,13 +68,22 @@ class ResidentSet:
     prefix_tokens: int
     k: int
     predicted_share: float | None = None  # the plan's own sum of p(s), if it is a plan
+    # Several prefixes: each question sees only the one it is routed to (busiest first).
+    prefix_chunks: tuple[tuple[str, frozenset[str]], ...] = ()
 
     @classmethod
     def from_plan(cls, plan: ResidencyPlan, k: int, name: str | None = None) -> ResidentSet:
-        """A plan's resident chunks (a 'rag' plan holds none: RAG-only top-k)."""
+        """A plan's resident chunks (a 'rag' plan holds none: RAG-only top-k); a plan of several
+        prefixes is evaluated as served: one prefix per question."""
         chunk_ids = plan.resident_chunk_ids()
+        prefixes = plan.all_prefixes()
+        per_prefix = tuple(
+            (p.id, frozenset(c for item in p.resident for c in item.chunk_ids)) for p in prefixes
+        )
+        default = f"rag-top{k}" if plan.strategy == "rag" else plan.strategy
         return cls(
-            name=name or (f"rag-top{k}" if plan.strategy == "rag" else plan.strategy),
+            name=name or ("residency" if len(prefixes) > 1 else default),
+            prefix_chunks=per_prefix if len(prefixes) > 1 else (),
             strategy=plan.strategy,
             chunk_ids=chunk_ids,
             sections=plan.coverage.resident_sections,
@@ -257,13 +272,20 @@ def evaluate_resident_set(
     """Coverage of answerable `questions` (already ranked) under one resident set."""
     by_type: dict[str, list[Outcome]] = {}
     outcomes: list[Outcome] = []
+    prefix_of = {c: pid for pid, chunks in resident.prefix_chunks for c in chunks}
+    per_prefix = dict(resident.prefix_chunks)
     for q in questions:
         if not q.relevant_ids:
             continue
         gold = {c.id for sid in q.relevant_ids for c in index.chunks_of(sid)}
+        visible = resident.chunk_ids
+        if per_prefix:  # as the router serves it: only the chosen prefix is in the prompt
+            visible = per_prefix[
+                choose_prefix(rankings[q.query], prefix_of, resident.prefix_chunks[0][0])
+            ]
         outcome = question_outcome(
             rankings[q.query],
-            resident.chunk_ids,
+            visible,
             gold,
             tokens,
             k=resident.k,
