@@ -416,3 +416,22 @@ def test_cli_bad_input_is_one_line_and_exit_1(
     assert lines[0].startswith("error: ")
     assert message.format(**paths) in lines[0]
     assert "Traceback" not in out.stderr
+
+
+def test_cli_simulation_models_a_host_with_several_prefixes(tmp_path: Path) -> None:
+    squad = tiny_squad(tmp_path / "squad.json")
+    # Window 3,692 - 3,392 reserved = 300 tokens; KV 3,392 (one request's blocks) + 900: three
+    # prefixes of a window each, against one for single-prefix.
+    out = run_coverage_cli(
+        "--squad", str(squad), "--budget", "260", "--log-size", "200", "--eval-size", "100",
+        "--kv-cache-tokens", "4292", "--max-model-len", "3692", "--k", "4",
+        "--cache-dir", str(tmp_path / "cache"), "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    results = {r["name"]: r for r in json.loads(out.stdout)["results"]}
+    assert list(results)[:3] == ["rag-top3", "rag-top4", "rag-top5"]  # RAG at the router's k
+    assert list(results)[-2:] == ["single-prefix", "residency"]
+    single, served = results["single-prefix"], results["residency"]
+    assert single["prefix_tokens"] <= 300
+    assert served["resident_sections"] > single["resident_sections"]
+    assert served["overall"]["resident_share"] >= single["overall"]["resident_share"]

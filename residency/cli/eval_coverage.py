@@ -49,6 +49,21 @@ def coverage(
     budget: Annotated[
         int, typer.Option(help="Resident budget in tokens for every strategy (--squad).")
     ] = 30000,
+    kv_cache_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="--squad: model a host with this many KV-cache tokens (with --max-model-len): "
+            "adds the rows single-prefix and residency (several prefixes, as served).",
+            show_default=False,
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(help="--squad: the modelled host's max_model_len.", show_default=False),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="--squad: requests the modelled host serves at once.")
+    ] = 1,
     zipf: Annotated[
         float, typer.Option(help="Zipf exponent s of paragraph popularity (--squad).")
     ] = DEFAULT_ZIPF_S,
@@ -131,6 +146,9 @@ def coverage(
             margin=margin,
             hedge=hedge,
             prefetch=prefetch,
+            kv_cache_tokens=kv_cache_tokens,
+            max_model_len=max_model_len,
+            concurrency=concurrency,
         )
         with bar:
             report = run_simulation(job, BarProgress(bar))
