@@ -435,3 +435,37 @@ def test_cli_simulation_models_a_host_with_several_prefixes(tmp_path: Path) -> N
     assert single["prefix_tokens"] <= 300
     assert served["resident_sections"] > single["resident_sections"]
     assert served["overall"]["resident_share"] >= single["overall"]["resident_share"]
+
+
+@pytest.mark.parametrize(
+    ("resident", "expected"),
+    [
+        (frozenset({"a1"}), (True, False)),  # one of two gold sections visible: any, not all
+        (frozenset({"a1", "b1"}), (True, True)),
+        (frozenset(), (False, False)),
+    ],
+    ids=["one-of-two", "both", "none"],
+)
+def test_coverage_all_needs_every_gold_section(
+    resident: frozenset[str], expected: tuple[bool, bool]
+) -> None:
+    from dataclasses import dataclass
+
+    from residency.eval.coverage import question_outcome
+
+    @dataclass(frozen=True)
+    class Hit:
+        id: str
+
+    hits = [Hit("z1"), Hit("z2")]  # nothing gold is retrieved: k=0, hedge=0
+    outcome = question_outcome(
+        hits,
+        resident,
+        {"a1", "b1"},
+        {"z1": 1, "z2": 1},
+        k=0,
+        margin=0,
+        hedge=0,
+        gold_sections=[frozenset({"a1"}), frozenset({"b1"})],
+    )
+    assert (outcome.covered, outcome.all_visible) == expected

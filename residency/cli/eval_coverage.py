@@ -161,6 +161,7 @@ def coverage(
 def _coverage_row(m: CoverageMetrics) -> list[str]:
     return [
         f"{100 * m.coverage:.2f}%",
+        f"{100 * m.coverage_all:.2f}%",
         pct(m.resident_share),
         pct(m.long_tail_recall),
         str(m.misrouted),
@@ -171,6 +172,7 @@ def _coverage_row(m: CoverageMetrics) -> list[str]:
 
 _COVERAGE_COLUMNS = (
     "coverage",
+    "coverage\nall",
     "in\nprefix",
     "long-tail\nrecall",
     "mis-\nrouted",

@@ -102,6 +102,7 @@ class Outcome:
     retrieved: bool  # not in prefix, and a gold chunk was added
     added_chunks: int
     added_tokens: int
+    all_visible: bool = False  # every gold section visible (questions that need several)
 
     @property
     def covered(self) -> bool:
@@ -130,13 +131,20 @@ def question_outcome(
     k: int,
     margin: int,
     hedge: int,
+    gold_sections: Sequence[Collection[str]] = (),
 ) -> Outcome:
-    """Route one question and say whether its gold chunks are visible, and at what cost."""
+    """Route one question and say whether its gold chunks are visible, and at what cost
+    (`gold_sections`: the chunks of each gold section, for `all_visible`)."""
     decision = decide_route(hits, resident, k=k, margin=margin, hedge=hedge)
     added = decision.long_tail_chunk_ids
     in_prefix = any(c in resident for c in gold_chunks)
     retrieved = not in_prefix and any(c in gold_chunks for c in added)
-    return Outcome(decision.route, in_prefix, retrieved, len(added), sum(tokens[c] for c in added))
+    visible = set(added)
+    all_visible = bool(gold_sections) and all(
+        any(c in resident or c in visible for c in chunks) for chunks in gold_sections
+    )
+    cost = sum(tokens[c] for c in added)
+    return Outcome(decision.route, in_prefix, retrieved, len(added), cost, all_visible)
 
 
 class CoverageMetrics(BaseModel):
@@ -146,6 +154,13 @@ class CoverageMetrics(BaseModel):
 
     questions: int = Field(ge=0, description="Questions evaluated (with relevant ids).")
     coverage: float = Field(ge=0, le=1, description="Share whose gold evidence is visible.")
+    coverage_all: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share whose every gold section is visible (a question that needs several "
+        "is covered only when all are).",
+    )
     resident_share: float = Field(ge=0, le=1, description="Share with gold in the prefix.")
     retrieved_share: float = Field(
         ge=0, le=1, description="Share with gold not in the prefix but among added chunks."
@@ -176,6 +191,7 @@ def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
     return CoverageMetrics(
         questions=n,
         coverage=share(in_prefix + retrieved),
+        coverage_all=share(sum(o.all_visible for o in outcomes)),
         resident_share=share(in_prefix),
         retrieved_share=share(retrieved),
         long_tail_questions=long_tail,
@@ -277,7 +293,14 @@ def evaluate_resident_set(
     for q in questions:
         if not q.relevant_ids:
             continue
-        gold = {c.id for sid in q.relevant_ids for c in index.chunks_of(sid)}
+        gold_sections = [
+            frozenset(c.id for c in index.chunks_of(sid))
+            for sid in q.relevant_ids
+            if index.has_section(sid)
+        ]
+        if len(gold_sections) < len(q.relevant_ids):
+            gold_sections.append(frozenset())  # an unknown gold id is never visible
+        gold = {c for chunks in gold_sections for c in chunks}
         visible = resident.chunk_ids
         if per_prefix:  # as the router serves it: only the chosen prefix is in the prompt
             visible = per_prefix[
@@ -291,6 +314,7 @@ def evaluate_resident_set(
             k=resident.k,
             margin=margin,
             hedge=hedge,
+            gold_sections=gold_sections,
         )
         outcomes.append(outcome)
         by_type.setdefault(q.type or UNTYPED, []).append(outcome)
