@@ -142,6 +142,8 @@ def build_prefix_plan(
         chosen = [by_id[i] for i in bin_ids]
         ordered, text = render_items(chosen, pins, instructions, index, encoder, align, budget)
         rendered.append((ordered, text))
+    # A prefix left empty (everything fit in fewer) holds nothing worth warming: dropped.
+    rendered = [r for r in rendered if r[0]] or rendered[:1]
     rendered.sort(key=lambda r: -sum(i.value for i in r[0]))
     total = sum(i.value for ordered, _ in rendered for i in ordered)
     plan_prefixes = [
