@@ -469,3 +469,29 @@ def test_coverage_all_needs_every_gold_section(
         gold_sections=[frozenset({"a1"}), frozenset({"b1"})],
     )
     assert (outcome.covered, outcome.all_visible) == expected
+
+
+def test_cli_simulation_over_several_seeds_reports_mean_and_sd(tmp_path: Path) -> None:
+    squad = tiny_squad(tmp_path / "squad.json")
+    common = ("--squad", str(squad), "--budget", "260", "--log-size", "200", "--eval-size", "100")
+    cache = ("--cache-dir", str(tmp_path / "cache"))
+    out = run_coverage_cli(*common, *cache, "--seeds", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    names = [r["name"] for r in report["results"]]
+    assert names.count("random") == 1  # ten draws, one mean row
+    assert not any("#" in n for n in names)
+    assert any("mean of 10 draws" in n for n in report["notes"])
+    rows = {r["name"]: r for r in report["across_seeds"]}
+    assert list(rows) == names
+    seed1 = json.loads(run_coverage_cli(*common, *cache, "--seed", "1", "--json").stdout)
+    for name, row in rows.items():
+        assert row["seeds"] == 2
+        values = [
+            next(r for r in rep["results"] if r["name"] == name)["overall"]["coverage"]
+            for rep in (report, seed1)
+        ]
+        assert row["coverage"]["mean"] == pytest.approx(sum(values) / 2)
+        assert row["coverage"]["sd"] == pytest.approx(abs(values[0] - values[1]) / 2**0.5)
+    table = run_coverage_cli(*common, *cache, "--seeds", "2")
+    assert "Across 2 traffic seeds" in table.stdout

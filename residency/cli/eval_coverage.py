@@ -20,7 +20,7 @@ from residency.eval.coverage_runs import (
     COVERAGE_CACHE,
     SimulationJob,
     evaluate_plan_file,
-    run_simulation,
+    run_simulations,
 )
 from residency.eval.traffic import (
     DEFAULT_EVAL_SIZE,
@@ -74,6 +74,13 @@ def coverage(
         int, typer.Option(help="Simulated evaluation questions, disjoint from the log (--squad).")
     ] = DEFAULT_EVAL_SIZE,
     seed: Annotated[int, typer.Option(help="Seed of the simulation and of random residency.")] = 0,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            help="--squad: run this many traffic seeds (--seed, --seed + 1, ...) and report "
+            "each row's mean and sd."
+        ),
+    ] = 1,
     index_dir: Annotated[
         Path | None,
         typer.Option(
@@ -151,7 +158,7 @@ def coverage(
             concurrency=concurrency,
         )
         with bar:
-            report = run_simulation(job, BarProgress(bar))
+            report = run_simulations(job, seeds, BarProgress(bar))
     if json:
         echo_json(report)
     else:
@@ -213,6 +220,22 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
     for r in report.results:
         table.add_row(r.name, *_coverage_row(r.overall), str(r.resident_sections))
     console.print(table)
+    if report.across_seeds:
+        n = report.across_seeds[0].seeds
+        seeds = compact_table(
+            f"Across {n} traffic seeds (mean ± sd)",
+            ("strategy",),
+            ("coverage", "coverage\nall", "in\nprefix", "added\ntokens"),
+        )
+        for row in report.across_seeds:
+            seeds.add_row(
+                row.name,
+                f"{100 * row.coverage.mean:.2f} ± {100 * row.coverage.sd:.2f}%",
+                f"{100 * row.coverage_all.mean:.2f} ± {100 * row.coverage_all.sd:.2f}%",
+                f"{100 * row.resident_share.mean:.1f} ± {100 * row.resident_share.sd:.1f}%",
+                f"{row.mean_added_tokens.mean:.0f} ± {row.mean_added_tokens.sd:.0f}",
+            )
+        console.print(seeds)
     types = sorted({t for r in report.results for t in r.by_type})
     if len(types) > 1:
         by_type = _table("By question type", ("type", "strategy", "n"))

@@ -242,6 +242,28 @@ class CoverageSettings(BaseModel):
     budget_tokens: int | None = Field(ge=1, description="Resident budget (simulation), if any.")
 
 
+class SeedStat(BaseModel):
+    """Mean and sample standard deviation of one metric over traffic seeds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mean: float = Field(description="Mean over seeds.")
+    sd: float = Field(ge=0, description="Sample standard deviation (0 for one seed).")
+
+
+class RowAcrossSeeds(BaseModel):
+    """One strategy's metrics over `--seeds` simulated traffics."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, description="Row name.")
+    seeds: int = Field(ge=1, description="Traffic seeds run.")
+    coverage: SeedStat = Field(description="Coverage (any gold section visible).")
+    coverage_all: SeedStat = Field(description="Coverage (every gold section visible).")
+    resident_share: SeedStat = Field(description="Gold in the prefix.")
+    mean_added_tokens: SeedStat = Field(description="Prompt tokens beyond the cached prefix.")
+
+
 class CoverageReport(BaseModel):
     """A whole `residency eval coverage` run."""
 
@@ -259,6 +281,9 @@ class CoverageReport(BaseModel):
     results: tuple[StrategyResult, ...] = Field(description="One row per resident set.")
     simulation: TrafficStats | None = Field(default=None, description="Simulated traffic, if any.")
     notes: tuple[str, ...] = Field(default=(), description="What the reader should know.")
+    across_seeds: tuple[RowAcrossSeeds, ...] = Field(
+        default=(), description="--seeds N: every row's mean and sd over N traffic seeds."
+    )
 
 
 def rank_queries(

@@ -11,7 +11,7 @@ and every row is evaluated on the same evaluation traffic with the same rankings
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planner import Reserves
@@ -23,9 +23,11 @@ from residency.eval.coverage import (
     RAG_BASELINE_KS,
     CoverageReport,
     ResidentSet,
+    StrategyResult,
     evaluate_coverage,
 )
 from residency.eval.questions import load_questions
+from residency.eval.seeds import RANDOM_DRAWS, across_seeds, mean_row
 from residency.eval.traffic import TrafficOptions, simulate_traffic
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
 from residency.index.manifest import MANIFEST_FILE, read_manifest
@@ -273,7 +275,20 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         progress.advance(1)
     rag_ks = sorted({*RAG_BASELINE_KS, job.k})  # RAG at the router's k too: equal k
     rows = [ResidentSet.from_plan(plans["rag"], k) for k in rag_ks]
-    rows += [ResidentSet.from_plan(plans[s], job.k) for s in PLANNED]
+    for s in PLANNED:
+        if s != "random":
+            rows.append(ResidentSet.from_plan(plans[s], job.k))
+            continue
+        for draw in range(RANDOM_DRAWS):  # random residency: the mean of several draws
+            options = PlanOptions(
+                strategy="random",
+                seed=job.traffic.seed * RANDOM_DRAWS + draw,
+                depth=job.depth,
+                prior_weight=job.prior_weight,
+                log_summary=summary,
+            )
+            drawn = build_plan(index, mass, capacity, encoder, options)
+            rows.append(ResidentSet.from_plan(drawn, job.k, name=f"random#{draw}"))
     if host is not None:
         options = PlanOptions(depth=job.depth, prior_weight=job.prior_weight, log_summary=summary)
         single = build_plan(index, mass, host, encoder, options)
@@ -294,8 +309,9 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         f"tokens counted with the tiny tokenizer {tokenizer_dir.name}",
         f"planner scoring: attribution depth {job.depth}, prior weight {job.prior_weight:g}",
     ]
+    notes.append(f"random: the mean of {RANDOM_DRAWS} draws")
     progress.start("ranking eval questions", len({q.query for q in traffic.eval_questions}))
-    return evaluate_coverage(
+    report = evaluate_coverage(
         index,
         traffic.eval_questions,
         rows,
@@ -309,3 +325,25 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         notes=notes,
         progress=progress.advance,
     )
+    draws = [r for r in report.results if r.name.startswith("random#")]
+    merged: list[StrategyResult] = []
+    for r in report.results:
+        if r is draws[0]:
+            merged.append(mean_row("random", draws))
+        elif r not in draws:
+            merged.append(r)
+    return report.model_copy(update={"results": tuple(merged)})
+
+
+def run_simulations(job: SimulationJob, seeds: int, progress: BuildProgress) -> CoverageReport:
+    """`run_simulation` over `seeds` traffic seeds (seed, seed + 1, ...): the first seed's
+    report, with every row's mean and sd over all of them."""
+    if seeds < 1:
+        raise ConfigError(f"--seeds {seeds}: run at least one traffic seed")
+    reports = []
+    for n in range(seeds):
+        traffic = job.traffic.model_copy(update={"seed": job.traffic.seed + n})
+        reports.append(run_simulation(replace(job, traffic=traffic), progress))
+    if seeds == 1:
+        return reports[0]
+    return reports[0].model_copy(update={"across_seeds": across_seeds(reports)})
