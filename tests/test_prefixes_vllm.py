@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -131,3 +132,52 @@ def test_every_prefix_warm_and_every_request_finds_its_prefix_cached(
         assert line in metrics
     logged = [orjson.loads(x) for x in router.query_log.read_bytes().splitlines()]
     assert [r["prefix"] for r in logged] == [p for _ in range(ROUNDS) for p in by_prefix]
+
+
+def test_watch_keeps_every_prefix_and_rewarms_each_after_a_reset(
+    vllm_real_server: VllmServer, multi_plan: tuple[Path, Path], tmp_path: Path
+) -> None:
+    from residency.vllm_client import VllmClient
+
+    plan_path, _ = multi_plan
+    events_path = tmp_path / "watch.jsonl"
+    with events_path.open("w") as out:
+        watch = subprocess.Popen(
+            [
+                sys.executable, "-m", "residency", "warm", "--plan", str(plan_path),
+                "--server", vllm_real_server.base_url, "--watch", "--interval", "1", "--json",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+
+        def events() -> list[dict[str, object]]:
+            lines = events_path.read_text("utf-8").splitlines()
+            return [orjson.loads(x) for x in lines if x.startswith("{")]
+
+        def wait_for(name: str, after: int) -> dict[str, object]:
+            """One `name` event per prefix after position `after`, by prefix id."""
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline:
+                seen = {str(e["prefix"]): e for e in events()[after:] if e["event"] == name}
+                if len(seen) == PREFIXES:
+                    return seen
+                assert watch.poll() is None, events_path.read_text("utf-8")
+                time.sleep(0.5)
+            raise AssertionError(f"not every prefix had {name!r}: {events()}")
+
+        warmed = wait_for("warm", 0)
+        assert sorted(warmed) == ["p0", "p1", "p2", "p3"]
+        assert all(e["resident"] is True for e in warmed.values())
+        seen = len(events())
+        with VllmClient(vllm_real_server.base_url) as client:
+            deadline = time.monotonic() + 60
+            while not client.reset_prefix_cache():  # refused while blocks are in use
+                assert time.monotonic() < deadline, "/reset_prefix_cache never succeeded"
+                time.sleep(0.2)
+        rewarmed = wait_for("rewarm", seen)  # each prefix found missing and warmed again
+        assert all(e["resident"] is True for e in rewarmed.values())
+    finally:
+        watch.terminate()
+        watch.wait(timeout=30)
