@@ -495,3 +495,21 @@ def test_cli_simulation_over_several_seeds_reports_mean_and_sd(tmp_path: Path) -
         assert row["coverage"]["sd"] == pytest.approx(abs(values[0] - values[1]) / 2**0.5)
     table = run_coverage_cli(*common, *cache, "--seeds", "2")
     assert "Across 2 traffic seeds" in table.stdout
+
+
+def test_rescued_share_counts_only_rag_top5_misses() -> None:
+    from residency.eval.coverage import StrategyResult, rescued_of_rag, summarize
+
+    def row(name: str, mask: tuple[bool, ...]) -> StrategyResult:
+        return StrategyResult(
+            name=name, strategy="x", k=5, resident_sections=0, resident_chunks=0,
+            prefix_tokens=0, predicted_resident_share=None, overall=summarize([]), by_type={},
+            covered_mask=mask,
+        )  # fmt: skip
+
+    rows = rescued_of_rag(
+        [row("rag-top5", (True, False, False, True)), row("residency", (False, True, False, True))]
+    )
+    # RAG misses questions 1 and 2; residency covers 1 of them (losing question 0 does not count).
+    assert [r.rag_misses_rescued for r in rows] == [0.0, 0.5]
+    assert "covered_mask" not in rows[1].model_dump()

@@ -216,9 +216,10 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
             "never in the log",
             highlight=False,
         )
-    table = _table("Coverage", ("strategy",), ("resident\nsections",))
+    table = _table("Coverage", ("strategy",), ("resident\nsections", "rag-top5\nmisses\nrescued"))
     for r in report.results:
-        table.add_row(r.name, *_coverage_row(r.overall), str(r.resident_sections))
+        rescued = pct(r.rag_misses_rescued)
+        table.add_row(r.name, *_coverage_row(r.overall), str(r.resident_sections), rescued)
     console.print(table)
     if report.across_seeds:
         n = report.across_seeds[0].seeds

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
@@ -283,7 +283,8 @@ def plan(
     if json:
         body = report.model_dump(mode="json")
         body["plan_path"] = str(output)
-        body["plan"] = plan.model_dump(mode="json", exclude={"prefix": {"text"}})
+        texts: dict[str, Any] = {"prefix": {"text"}, "prefixes": {"__all__": {"prefix": {"text"}}}}
+        body["plan"] = plan.model_dump(mode="json", exclude=texts)
         typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2))
         return
     console = Console()

@@ -219,6 +219,16 @@ class StrategyResult(BaseModel):
     )
     overall: CoverageMetrics = Field(description="All evaluated questions.")
     by_type: dict[str, CoverageMetrics] = Field(description="Per question type.")
+    rag_misses_rescued: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Of the questions RAG top-5 misses, the share this row covers (None: no "
+        "rag-top5 row, or it misses none).",
+    )
+    covered_mask: tuple[bool, ...] = Field(
+        default=(), exclude=True, description="Covered, per evaluated question (not written)."
+    )
 
 
 class CoverageSettings(BaseModel):
@@ -353,6 +363,25 @@ def evaluate_resident_set(
         predicted_resident_share=resident.predicted_share,
         overall=summarize(outcomes),
         by_type={t: summarize(o) for t, o in sorted(by_type.items())},
+        covered_mask=tuple(o.covered for o in outcomes),
+    )
+
+
+def rescued_of_rag(
+    rows: Sequence[StrategyResult], baseline: str = "rag-top5"
+) -> tuple[StrategyResult, ...]:
+    """Each row with the share of `baseline`'s misses it covers (same questions, same order)."""
+    base = next((r for r in rows if r.name == baseline), None)
+    if base is None:
+        return tuple(rows)
+    missed = [i for i, covered in enumerate(base.covered_mask) if not covered]
+    if not missed:
+        return tuple(rows)
+    return tuple(
+        r.model_copy(
+            update={"rag_misses_rescued": sum(r.covered_mask[i] for i in missed) / len(missed)}
+        )
+        for r in rows
     )
 
 
@@ -375,9 +404,11 @@ def evaluate_coverage(
     answerable = [q for q in questions if q.relevant_ids]
     rankings = rank_queries(index, [q.query for q in answerable], prefetch, progress)
     tokens = chunk_token_counts(index, encoder)
-    results = tuple(
-        evaluate_resident_set(index, answerable, rankings, r, tokens, margin, hedge)
-        for r in resident_sets
+    results = rescued_of_rag(
+        [
+            evaluate_resident_set(index, answerable, rankings, r, tokens, margin, hedge)
+            for r in resident_sets
+        ]
     )
     unknown = {sid for q in answerable for sid in q.relevant_ids if not index.has_section(sid)}
     m = index.manifest

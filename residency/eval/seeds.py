@@ -41,6 +41,7 @@ def mean_row(name: str, rows: Sequence[StrategyResult]) -> StrategyResult:
     n = len(rows)
     types = sorted({t for r in rows for t in r.by_type})
     predicted = [r.predicted_resident_share for r in rows if r.predicted_resident_share is not None]
+    rescued = [r.rag_misses_rescued for r in rows if r.rag_misses_rescued is not None]
     return rows[0].model_copy(
         update={
             "name": name,
@@ -48,6 +49,7 @@ def mean_row(name: str, rows: Sequence[StrategyResult]) -> StrategyResult:
             "resident_chunks": round(sum(r.resident_chunks for r in rows) / n),
             "prefix_tokens": round(sum(r.prefix_tokens for r in rows) / n),
             "predicted_resident_share": sum(predicted) / len(predicted) if predicted else None,
+            "rag_misses_rescued": sum(rescued) / len(rescued) if rescued else None,
             "overall": mean_metrics([r.overall for r in rows]),
             "by_type": {
                 t: mean_metrics([r.by_type[t] for r in rows if t in r.by_type]) for t in types

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from residency.atomic import write_bytes_atomic
 from residency.errors import ConfigError
@@ -184,6 +184,19 @@ class ResidencyPlan(BaseModel):
     arithmetic: PrefixArithmetic | None = Field(
         default=None, description="How the prefixes share the KV cache (None: older plans)."
     )
+
+    @model_validator(mode="after")
+    def _prefixes_agree(self) -> ResidencyPlan:
+        """`prefix` is p0's, and every prefix's tokens and sha256 are its text's (an edited
+        plan.json is refused rather than warmed with one text and served with another)."""
+        if self.prefixes and self.prefixes[0].prefix != self.prefix:
+            raise ValueError(
+                "prefix differs from prefixes[0].prefix: plan.json was edited; re-plan"
+            )
+        for p in self.prefixes:
+            if (p.tokens, p.sha256) != (p.prefix.token_count, p.prefix.hash):
+                raise ValueError(f"prefix {p.id}: tokens or sha256 differ from its text; re-plan")
+        return self
 
     def resident_chunk_ids(self) -> frozenset[str]:
         """Chunk ids inside any prefix (what routing treats as resident somewhere)."""
