@@ -101,7 +101,7 @@ def _messages(builder: ContextBuilder, question: str) -> list[dict[str, Any]]:
     assert r.route == "resident", f"{question!r} routes {r.route}"
     return assemble_messages(
         [{"role": "user", "content": question}],
-        builder.plan.prefix.text,
+        builder.prefix_text(r.prefix_id),
         builder.render(r, r.chunk_ids),
     )
 

@@ -93,6 +93,7 @@ def make_plan(server: VllmServer, index_dir: Path, out: Path) -> Path:
         [
             *(sys.executable, "-m", "residency", "plan", "--server", server.base_url),
             *("--platform", "cpu", "--index", str(index_dir), "-o", str(out)),
+            *("--prefixes", "1"),  # one prefix: cold vs warm TTFT of that prefix
         ],
         capture_output=True,
         text=True,

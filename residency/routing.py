@@ -16,7 +16,7 @@ without the hedge and 0.988 / 741 with margin 2; RAG-only top-5 adds 870.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -66,3 +66,15 @@ def decide_route(
         if first_long_tail_rank is None or first_long_tail_rank > margin:
             return RouteDecision("resident", tuple(long_tail[: min(hedge, k)]), top)
     return RouteDecision("long_tail", tuple(long_tail[:k]), top)
+
+
+def choose_prefix(
+    hits: Sequence[ChunkHit], prefix_of_chunk: Mapping[str, str], default: str
+) -> str:
+    """The prefix that holds the best-ranked resident chunk of the fused ranking; `default`
+    (the busiest prefix) when no hit is resident anywhere. With one prefix it is always that."""
+    for hit in hits:
+        prefix = prefix_of_chunk.get(hit.id)
+        if prefix is not None:
+            return prefix
+    return default

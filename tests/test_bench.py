@@ -131,6 +131,7 @@ def dense_plan(
         [
             *(sys.executable, "-m", "residency", "plan", "--server", vllm_dense_server.base_url),
             *("--platform", "cpu", "--index", str(work / "index"), "-o", str(work / "plan.json")),
+            *("--prefixes", "1"),
         ],
         capture_output=True,
         text=True,

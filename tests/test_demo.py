@@ -155,12 +155,20 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path, mark: st
     assert [q.intent for q in report.questions] == ["resident", "long_tail", "dated", "unknown"]
     assert [q.route for q in report.questions][:3] == ["resident", "long_tail", "dated"]
     assert report.bench is not None
+    # Two resident prefixes, both warmed and proven cached together.
+    assert list(report.prefix_tokens_by_id) == ["p0", "p1"]
+    assert [p.id for p in report.warm.prefixes] == ["p0", "p1"]
+    assert report.corpus_tokens is not None
+    assert sum(report.prefix_tokens_by_id.values()) < report.corpus_tokens
+    assert " in 2 prefixes (" in stdout
     for q in report.questions:
         assert q.answer, q  # real weights: words, not stray bytes
-        assert q.prompt_tokens > report.prefix_tokens
-        # Every request starts with the warmed prefix: all of it but the last block is cached.
+        assert q.prefix in report.prefix_tokens_by_id, q
+        prefix_tokens = report.prefix_tokens_by_id[q.prefix]
+        assert q.prompt_tokens > prefix_tokens
+        # Every request starts with its warmed prefix: all of it but the last block is cached.
         assert q.cached_tokens is not None
-        assert q.cached_tokens >= report.prefix_tokens - report.bench.block_size
+        assert q.cached_tokens >= prefix_tokens - report.bench.block_size
     assert report.warm.resident
     # Lengths chosen from the measured rate: shortest first, within the 8K window, the
     # resident prefix at its real size last; what the window rules out is said in one line.

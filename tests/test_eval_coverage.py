@@ -416,3 +416,100 @@ def test_cli_bad_input_is_one_line_and_exit_1(
     assert lines[0].startswith("error: ")
     assert message.format(**paths) in lines[0]
     assert "Traceback" not in out.stderr
+
+
+def test_cli_simulation_models_a_host_with_several_prefixes(tmp_path: Path) -> None:
+    squad = tiny_squad(tmp_path / "squad.json")
+    # Window 3,692 - 3,392 reserved = 300 tokens; KV 3,392 (one request's blocks) + 900: three
+    # prefixes of a window each, against one for single-prefix.
+    out = run_coverage_cli(
+        "--squad", str(squad), "--budget", "260", "--log-size", "200", "--eval-size", "100",
+        "--kv-cache-tokens", "4292", "--max-model-len", "3692", "--k", "4",
+        "--cache-dir", str(tmp_path / "cache"), "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    results = {r["name"]: r for r in json.loads(out.stdout)["results"]}
+    assert list(results)[:3] == ["rag-top3", "rag-top4", "rag-top5"]  # RAG at the router's k
+    assert list(results)[-2:] == ["single-prefix", "residency"]
+    single, served = results["single-prefix"], results["residency"]
+    assert single["prefix_tokens"] <= 300
+    assert served["resident_sections"] > single["resident_sections"]
+    assert served["overall"]["resident_share"] >= single["overall"]["resident_share"]
+
+
+@pytest.mark.parametrize(
+    ("resident", "expected"),
+    [
+        (frozenset({"a1"}), (True, False)),  # one of two gold sections visible: any, not all
+        (frozenset({"a1", "b1"}), (True, True)),
+        (frozenset(), (False, False)),
+    ],
+    ids=["one-of-two", "both", "none"],
+)
+def test_coverage_all_needs_every_gold_section(
+    resident: frozenset[str], expected: tuple[bool, bool]
+) -> None:
+    from dataclasses import dataclass
+
+    from residency.eval.coverage import question_outcome
+
+    @dataclass(frozen=True)
+    class Hit:
+        id: str
+
+    hits = [Hit("z1"), Hit("z2")]  # nothing gold is retrieved: k=0, hedge=0
+    outcome = question_outcome(
+        hits,
+        resident,
+        {"a1", "b1"},
+        {"z1": 1, "z2": 1},
+        k=0,
+        margin=0,
+        hedge=0,
+        gold_sections=[frozenset({"a1"}), frozenset({"b1"})],
+    )
+    assert (outcome.covered, outcome.all_visible) == expected
+
+
+def test_cli_simulation_over_several_seeds_reports_mean_and_sd(tmp_path: Path) -> None:
+    squad = tiny_squad(tmp_path / "squad.json")
+    common = ("--squad", str(squad), "--budget", "260", "--log-size", "200", "--eval-size", "100")
+    cache = ("--cache-dir", str(tmp_path / "cache"))
+    out = run_coverage_cli(*common, *cache, "--seeds", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    names = [r["name"] for r in report["results"]]
+    assert names.count("random") == 1  # ten draws, one mean row
+    assert not any("#" in n for n in names)
+    assert any("mean of 10 draws" in n for n in report["notes"])
+    rows = {r["name"]: r for r in report["across_seeds"]}
+    assert list(rows) == names
+    seed1 = json.loads(run_coverage_cli(*common, *cache, "--seed", "1", "--json").stdout)
+    for name, row in rows.items():
+        assert row["seeds"] == 2
+        values = [
+            next(r for r in rep["results"] if r["name"] == name)["overall"]["coverage"]
+            for rep in (report, seed1)
+        ]
+        assert row["coverage"]["mean"] == pytest.approx(sum(values) / 2)
+        assert row["coverage"]["sd"] == pytest.approx(abs(values[0] - values[1]) / 2**0.5)
+    table = run_coverage_cli(*common, *cache, "--seeds", "2")
+    assert "Across 2 traffic seeds" in table.stdout
+
+
+def test_rescued_share_counts_only_rag_top5_misses() -> None:
+    from residency.eval.coverage import StrategyResult, rescued_of_rag, summarize
+
+    def row(name: str, mask: tuple[bool, ...]) -> StrategyResult:
+        return StrategyResult(
+            name=name, strategy="x", k=5, resident_sections=0, resident_chunks=0,
+            prefix_tokens=0, predicted_resident_share=None, overall=summarize([]), by_type={},
+            covered_mask=mask,
+        )  # fmt: skip
+
+    rows = rescued_of_rag(
+        [row("rag-top5", (True, False, False, True)), row("residency", (False, True, False, True))]
+    )
+    # RAG misses questions 1 and 2; residency covers 1 of them (losing question 0 does not count).
+    assert [r.rag_misses_rescued for r in rows] == [0.0, 0.5]
+    assert "covered_mask" not in rows[1].model_dump()

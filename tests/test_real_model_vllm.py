@@ -157,13 +157,15 @@ def english_index(vllm_real_server: VllmServer, tmp_path_factory: pytest.TempPat
 def english_plan(
     vllm_real_server: VllmServer, english_index: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """`residency plan --server` for the real model on the English sample and its query log."""
+    """`residency plan --server` for the real model on the English sample and its query log, one
+    prefix (several are tested in test_prefixes_vllm.py)."""
     out = tmp_path_factory.mktemp("real-plan") / "plan.json"
     done = subprocess.run(
         [
             sys.executable, "-m", "residency", "plan",
             "--server", vllm_real_server.base_url, "--platform", "cpu",
             "--index", str(english_index), "--log", str(EN_SAMPLE.queries), "-o", str(out),
+            "--prefixes", "1",
         ],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip

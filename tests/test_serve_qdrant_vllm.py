@@ -66,7 +66,7 @@ def test_serve_retriever_qdrant_retrieves_the_same_ids_as_in_process(
     plan = tmp_path / "plan.json"
     planned = run_cli(
         "plan", "--server", vllm_dense_server.base_url, "--platform", "cpu",
-        "--index", str(index_dir), "-o", str(plan),
+        "--index", str(index_dir), "-o", str(plan), "--prefixes", "1",
     )  # fmt: skip
     assert planned.returncode == 0, planned.stderr
     common = ("--today", TODAY, "--no-warm")

@@ -49,7 +49,7 @@ def make_plan(server_url: str, index_dir: Path, out: Path, *extra: str) -> Path:
     """`residency plan --server URL --platform cpu --index DIR -o out`."""
     done = run_cli(
         "plan", "--server", server_url, "--platform", "cpu", "--index", str(index_dir),
-        "-o", str(out), *extra,
+        "-o", str(out), "--prefixes", "1", *extra,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return out
@@ -337,7 +337,7 @@ def test_models_health_metrics_and_the_query_log_closes_the_loop(
     out = tmp_path / "replan.json"
     done = run_cli(
         "plan", "--index", str(sample_index), "--log", str(router.query_log),
-        "--max-model-len", "8192", "-o", str(out), "--json",
+        "--max-model-len", "8192", "-o", str(out), "--json", "--prefixes", "1",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text("utf-8"))["log"]["entries"] == len(log.entries)

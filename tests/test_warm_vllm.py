@@ -108,6 +108,8 @@ def make_plan(server_url: str, index_dir: Path, out: Path) -> Path:
         str(index_dir),
         "-o",
         str(out),
+        "--prefixes",
+        "1",
     )
     assert done.returncode == 0, done.stderr
     return out
@@ -217,6 +219,8 @@ def test_a_prefix_not_cached_after_the_sends_is_exit_2_with_the_numbers(
 
 def _text_edit(data: dict[str, Any]) -> None:
     data["prefix"]["text"] += "追記"
+    for p in data.get("prefixes", ()):  # the plan's one prefix, listed: the same text
+        p["prefix"]["text"] = data["prefix"]["text"]
 
 
 def _model_edit(data: dict[str, Any]) -> None:

@@ -87,6 +87,17 @@ def demo(
     render(report, console)
 
 
+def _prefixes(report: DemoReport) -> str:
+    """' in 2 prefixes (9,472 of 45,301 corpus tokens, 21%)', or '' for one prefix."""
+    if len(report.prefix_tokens_by_id) < 2 or not report.corpus_tokens:
+        return ""
+    resident = sum(report.prefix_tokens_by_id.values())
+    return (
+        f" in {len(report.prefix_tokens_by_id)} prefixes ({resident:,} of "
+        f"{report.corpus_tokens:,} corpus tokens, {resident / report.corpus_tokens:.0%})"
+    )
+
+
 def render(report: DemoReport, console: Console) -> None:
     """The machine, the questions with their answers, the TTFT table, the artefacts, and the
     servers if kept up."""
@@ -94,8 +105,8 @@ def render(report: DemoReport, console: Console) -> None:
     console.print(
         f"[bold]model[/]: {escape(report.served_model)} ({report.model}); "
         f"[bold]plan[/]: {report.resident_sections} of {report.total_sections} sections of "
-        f"{escape(report.sample)} resident, prefix {report.prefix_tokens:,} of "
-        f"{report.resident_budget_tokens:,} budget tokens; warm: "
+        f"{escape(report.sample)} resident{_prefixes(report)}, prefix {report.prefix_tokens:,} "
+        f"of {report.resident_budget_tokens:,} budget tokens; warm: "
         f"{report.warm.cached_tokens:,} cached, TTFT {report.warm.cold_ttft_s:.2f} s → "
         f"{report.warm.warm_ttft_s:.2f} s",
         highlight=False,
@@ -103,6 +114,7 @@ def render(report: DemoReport, console: Console) -> None:
     table = Table(title="Questions through the router", title_justify="left")
     table.add_column("question", max_width=28, overflow="fold")
     table.add_column("route", no_wrap=True)
+    table.add_column("prefix", no_wrap=True)
     table.add_column("retrieved (sections)", max_width=30, overflow="fold")
     table.add_column("answer", max_width=40, overflow="fold")
     for name in ("prompt", "cached", "TTFT s"):
@@ -111,6 +123,7 @@ def render(report: DemoReport, console: Console) -> None:
         table.add_row(
             escape(q.question),
             q.route,
+            q.prefix or "-",
             escape("\n".join(q.retrieved)) or "-",
             escape(" ".join(q.answer.split())) or "-",
             f"{q.prompt_tokens:,}",

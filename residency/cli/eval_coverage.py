@@ -20,7 +20,7 @@ from residency.eval.coverage_runs import (
     COVERAGE_CACHE,
     SimulationJob,
     evaluate_plan_file,
-    run_simulation,
+    run_simulations,
 )
 from residency.eval.traffic import (
     DEFAULT_EVAL_SIZE,
@@ -49,6 +49,21 @@ def coverage(
     budget: Annotated[
         int, typer.Option(help="Resident budget in tokens for every strategy (--squad).")
     ] = 30000,
+    kv_cache_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="--squad: model a host with this many KV-cache tokens (with --max-model-len): "
+            "adds the rows single-prefix and residency (several prefixes, as served).",
+            show_default=False,
+        ),
+    ] = None,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(help="--squad: the modelled host's max_model_len.", show_default=False),
+    ] = None,
+    concurrency: Annotated[
+        int, typer.Option(help="--squad: requests the modelled host serves at once.")
+    ] = 1,
     zipf: Annotated[
         float, typer.Option(help="Zipf exponent s of paragraph popularity (--squad).")
     ] = DEFAULT_ZIPF_S,
@@ -59,6 +74,13 @@ def coverage(
         int, typer.Option(help="Simulated evaluation questions, disjoint from the log (--squad).")
     ] = DEFAULT_EVAL_SIZE,
     seed: Annotated[int, typer.Option(help="Seed of the simulation and of random residency.")] = 0,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            help="--squad: run this many traffic seeds (--seed, --seed + 1, ...) and report "
+            "each row's mean and sd."
+        ),
+    ] = 1,
     index_dir: Annotated[
         Path | None,
         typer.Option(
@@ -131,9 +153,12 @@ def coverage(
             margin=margin,
             hedge=hedge,
             prefetch=prefetch,
+            kv_cache_tokens=kv_cache_tokens,
+            max_model_len=max_model_len,
+            concurrency=concurrency,
         )
         with bar:
-            report = run_simulation(job, BarProgress(bar))
+            report = run_simulations(job, seeds, BarProgress(bar))
     if json:
         echo_json(report)
     else:
@@ -143,6 +168,7 @@ def coverage(
 def _coverage_row(m: CoverageMetrics) -> list[str]:
     return [
         f"{100 * m.coverage:.2f}%",
+        f"{100 * m.coverage_all:.2f}%",
         pct(m.resident_share),
         pct(m.long_tail_recall),
         str(m.misrouted),
@@ -153,6 +179,7 @@ def _coverage_row(m: CoverageMetrics) -> list[str]:
 
 _COVERAGE_COLUMNS = (
     "coverage",
+    "coverage\nall",
     "in\nprefix",
     "long-tail\nrecall",
     "mis-\nrouted",
@@ -189,10 +216,27 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
             "never in the log",
             highlight=False,
         )
-    table = _table("Coverage", ("strategy",), ("resident\nsections",))
+    table = _table("Coverage", ("strategy",), ("resident\nsections", "rag-top5\nmisses\nrescued"))
     for r in report.results:
-        table.add_row(r.name, *_coverage_row(r.overall), str(r.resident_sections))
+        rescued = pct(r.rag_misses_rescued)
+        table.add_row(r.name, *_coverage_row(r.overall), str(r.resident_sections), rescued)
     console.print(table)
+    if report.across_seeds:
+        n = report.across_seeds[0].seeds
+        seeds = compact_table(
+            f"Across {n} traffic seeds (mean ± sd)",
+            ("strategy",),
+            ("coverage", "coverage\nall", "in\nprefix", "added\ntokens"),
+        )
+        for row in report.across_seeds:
+            seeds.add_row(
+                row.name,
+                f"{100 * row.coverage.mean:.2f} ± {100 * row.coverage.sd:.2f}%",
+                f"{100 * row.coverage_all.mean:.2f} ± {100 * row.coverage_all.sd:.2f}%",
+                f"{100 * row.resident_share.mean:.1f} ± {100 * row.resident_share.sd:.1f}%",
+                f"{row.mean_added_tokens.mean:.0f} ± {row.mean_added_tokens.sd:.0f}",
+            )
+        console.print(seeds)
     types = sorted({t for r in report.results for t in r.by_type})
     if len(types) > 1:
         by_type = _table("By question type", ("type", "strategy", "n"))

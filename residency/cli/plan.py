@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
 import typer
@@ -209,6 +209,16 @@ def plan(
             rich_help_panel=_PLAN,
         ),
     ] = "planner",
+    prefixes: Annotated[
+        int | None,
+        typer.Option(
+            help="Resident prefixes, each within the window, together within the KV cache "
+            "minus --concurrency requests' own tokens; 1: one prefix (the plan before several); "
+            "default: the count with the best expected coverage (--strategy planner).",
+            show_default=False,
+            rich_help_panel=_PLAN,
+        ),
+    ] = None,
     tokenizer_dir: Annotated[
         Path | None,
         typer.Option(
@@ -279,6 +289,8 @@ def plan(
         else:
             render(report, Console())
         return
+    if prefixes is not None and not 1 <= prefixes <= MAX_PREFIXES:
+        raise typer.BadParameter(f"1 to {MAX_PREFIXES}", param_hint="--prefixes")
     if strategy not in STRATEGIES:
         raise typer.BadParameter(f"one of {', '.join(STRATEGIES)}", param_hint="--strategy")
     backend = qdrant_backend(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
@@ -292,6 +304,7 @@ def plan(
         strategy=strategy,  # type: ignore[arg-type]
         pins=tuple(pin or ()),
         excludes=tuple(exclude or ()),
+        prefixes=prefixes,
     )
     with progress_bar(False, eta=True, terminal_only=False) as bar:
         report, plan = run_plan(job, BarProgress(bar))
@@ -302,7 +315,8 @@ def plan(
     if json:
         body = report.model_dump(mode="json")
         body["plan_path"] = str(output)
-        body["plan"] = plan.model_dump(mode="json", exclude={"prefix": {"text"}})
+        texts: dict[str, Any] = {"prefix": {"text"}, "prefixes": {"__all__": {"prefix": {"text"}}}}
+        body["plan"] = plan.model_dump(mode="json", exclude=texts)
         typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2))
         return
     console = Console()
@@ -310,4 +324,5 @@ def plan(
     render_plan(plan, output, console)
 
 
+MAX_PREFIXES = 64
 STRATEGIES = ("planner", "frequency", "density", "random", "cag", "rag")

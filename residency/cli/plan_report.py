@@ -16,7 +16,60 @@ from residency.planning.plan_model import ResidencyPlan
 
 
 def render_plan(plan: ResidencyPlan, path: Path, console: Console) -> None:
-    """The resident set, the prefix and the predicted coverage."""
+    """The resident set, the prefix and the predicted coverage (a table per prefix when there
+    are several, then one line of KV arithmetic)."""
+    if len(plan.prefixes) > 1:
+        _render_prefixes(plan, path, console)
+        return
+    _render_single(plan, path, console)
+    if plan.arithmetic is not None:
+        console.print(describe_arithmetic(plan))
+
+
+def describe_arithmetic(plan: ResidencyPlan) -> str:
+    """'KV 46,592 tokens = 4 prefixes 32,768 resident + 13,824 headroom (...)'."""
+    a = plan.arithmetic
+    if a is None:
+        return ""
+    return (
+        f"KV cache {a.kv_cache_tokens:,} tokens: {len(plan.all_prefixes())} prefix(es) hold "
+        f"{a.resident_kv_tokens:,} (whole blocks), headroom {a.headroom_tokens:,} = "
+        f"{a.concurrency_left} concurrent request(s) of {a.per_request_kv_tokens:,} tokens "
+        f"(--concurrency {a.concurrency_requested}); prefix count {a.prefixes_chosen_by}, "
+        f"window {a.window_tokens:,}"
+    )
+
+
+def _render_prefixes(plan: ResidencyPlan, path: Path, console: Console) -> None:
+    for p in plan.prefixes:
+        table = Table(
+            title=f"Prefix {p.id}: {p.tokens:,} tokens, {len(p.section_ids)} sections, "
+            f"expected traffic {p.traffic_share:.1%} ({p.sha256[:19]}…)",
+            title_justify="left",
+        )
+        table.add_column("id", max_width=48, overflow="ellipsis", no_wrap=True)
+        table.add_column("tokens", justify="right")
+        table.add_column("p(s)", justify="right")
+        shown = sorted(p.resident, key=lambda r: -r.probability)[:8]
+        for item in shown:
+            pinned = " (pinned)" if item.pinned else ""
+            table.add_row(item.id + pinned, f"{item.tokens:,}", f"{item.probability:.3f}")
+        if len(p.resident) > len(shown):
+            table.add_row(f"... {len(p.resident) - len(shown)} more", "", "")
+        console.print(table)
+    cov = plan.coverage
+    console.print(
+        f"[bold]{cov.resident_sections} of {cov.total_sections} sections resident in "
+        f"{len(plan.prefixes)} prefixes[/] ({plan.selection_method}); predicted share of "
+        f"questions answered from a prefix: {cov.resident_share:.1%}"
+    )
+    console.print(describe_arithmetic(plan))
+    console.print(
+        f"log: {plan.log.total_count} questions{plan.log.describe_files()}; written to {path}"
+    )
+
+
+def _render_single(plan: ResidencyPlan, path: Path, console: Console) -> None:
     table = Table(
         title=f"Resident sections ({plan.strategy}, {plan.selection_method})", title_justify="left"
     )

@@ -53,7 +53,8 @@ def warm(
         bool,
         typer.Option(
             "--watch",
-            help="Keep the prefix resident: probe every --interval s, re-warm on a miss, wait "
+            help="Keep every prefix resident: probe each every --interval s, re-warm only the one "
+            "that missed, wait "
             "out restarts; stops on SIGINT/SIGTERM.",
             rich_help_panel=_WATCH,
         ),
@@ -78,7 +79,8 @@ def warm(
         bool, typer.Option("--json", help="One JSON object (--watch: one per event line).")
     ] = False,
 ) -> None:
-    """Prefill the plan's shared prompt prefix in vLLM and prove it is cached (exit 2 if not)."""
+    """Prefill every resident prefix of the plan in vLLM and prove each is cached (exit 2 if
+    not)."""
     options = WarmOptions(
         server=server,
         timeout_s=timeout,
@@ -99,6 +101,18 @@ def warm(
         typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
     else:
         render(report, Console(soft_wrap=True))
+    missed = [p for p in report.prefixes if not p.resident]
+    if len(report.prefixes) > 1 and missed:
+        Console(stderr=True, soft_wrap=True).print(
+            "[bold red]error:[/] not cached after every prefix was warmed: "
+            + ", ".join(
+                f"{p.id} {p.cached_tokens:,} of {p.expected_cached_tokens:,}" for p in missed
+            )
+            + " expected tokens (raise --max-sightings, or lower plan --prefixes: the KV cache "
+            "may not hold them all)",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_NOT_CACHED)
     if not report.resident:
         Console(stderr=True, soft_wrap=True).print(
             f"[bold red]error:[/] prefix not cached after {report.sightings} sightings: "
@@ -143,6 +157,15 @@ def render(report: WarmReport, console: Console) -> None:
             f"before the hit [dim]({report.ttft_method})[/]",
             highlight=False,
         )
+    if len(report.prefixes) > 1:
+        for p in report.prefixes:
+            mark = "[green]resident[/]" if p.resident else "[red]NOT cached[/]"
+            console.print(
+                f"  {p.id}: {mark}, probe after all warmed: {p.cached_tokens:,} of "
+                f"{p.expected_cached_tokens:,} expected cached tokens ({p.shared_prefix_tokens:,}"
+                f"-token shared prefix), TTFT {p.cold_ttft_s:.3f} s -> {p.probe_ttft_s:.3f} s",
+                highlight=False,
+            )
     for warning in report.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 

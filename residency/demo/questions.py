@@ -16,7 +16,7 @@ from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan
 from residency.query_log import read_query_log
 from residency.serve.context import ContextBuilder
-from residency.serve.headers import read_route_headers
+from residency.serve.headers import PREFIX_HEADER, read_route_headers
 from residency.serve.settings import ServeSettings
 from residency.timex import resolve_period
 from residency.vllm_client import VllmClient
@@ -58,6 +58,9 @@ class QuestionResult(BaseModel):
         ge=0, le=10_000_000, description="usage.prompt_tokens_details.cached_tokens."
     )
     ttft_s: float = Field(ge=0, le=86_400, description="Seconds to the first streamed event.")
+    prefix: str | None = Field(
+        default=None, max_length=64, description="X-Residency-Prefix: the prefix it went with."
+    )
 
 
 def router_routes(
@@ -143,6 +146,7 @@ def ask(client: VllmClient, question: str, intent: Intent, answer_tokens: int) -
         prompt_tokens=answer.prompt_tokens or 0,
         cached_tokens=answer.cached_tokens,
         ttft_s=answer.first_event_s or 0.0,
+        prefix=answer.headers.get(PREFIX_HEADER.lower()),
     )
 
 

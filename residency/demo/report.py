@@ -101,6 +101,12 @@ class DemoReport(BaseModel):
     resident_budget_tokens: int = Field(ge=0, le=10_000_000, description="The plan's budget.")
     resident_sections: int = Field(ge=0, le=10_000_000, description="Sections resident.")
     total_sections: int = Field(ge=0, le=10_000_000, description="Sections in the index.")
+    prefix_tokens_by_id: dict[str, int] = Field(
+        default_factory=dict, max_length=1024, description="Tokens of every resident prefix."
+    )
+    corpus_tokens: int | None = Field(
+        default=None, ge=0, le=1_000_000_000, description="Tokens of all sections of the corpus."
+    )
     servers: tuple[ProcessInfo, ...] = Field(
         max_length=16, description="Every server the demo started (process groups)."
     )

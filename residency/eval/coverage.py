@@ -36,17 +36,50 @@ import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from residency.corpus.model import Chunk, Section
+from residency.eval.coverage_report import (
+    CoverageMetrics,
+    CoverageReport,
+    CoverageSettings,
+    RowAcrossSeeds,
+    SeedStat,
+    StrategyResult,
+)
 from residency.eval.questions import UNTYPED, Question
 from residency.eval.traffic import TrafficStats
 from residency.index import Index, manifest_hash
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_section
 from residency.retrieval import FusedHit
-from residency.routing import DEFAULT_HEDGE, DEFAULT_MARGIN, Route, decide_route
+from residency.routing import (
+    DEFAULT_HEDGE,
+    DEFAULT_MARGIN,
+    Route,
+    choose_prefix,
+    decide_route,
+)
 from residency.tokenizer import ModelTokenizer
+
+__all__ = [
+    "DEFAULT_PREFETCH",
+    "RAG_BASELINE_KS",
+    "CoverageMetrics",
+    "CoverageReport",
+    "CoverageSettings",
+    "Outcome",
+    "ResidentSet",
+    "RowAcrossSeeds",
+    "SeedStat",
+    "StrategyResult",
+    "chunk_token_counts",
+    "evaluate_coverage",
+    "evaluate_resident_set",
+    "question_outcome",
+    "rank_queries",
+    "render_chunk",
+    "rescued_of_rag",
+    "summarize",
+]
 
 DEFAULT_PREFETCH = 40
 RAG_BASELINE_KS = (3, 5)
@@ -63,13 +96,22 @@ class ResidentSet:
     prefix_tokens: int
     k: int
     predicted_share: float | None = None  # the plan's own sum of p(s), if it is a plan
+    # Several prefixes: each question sees only the one it is routed to (busiest first).
+    prefix_chunks: tuple[tuple[str, frozenset[str]], ...] = ()
 
     @classmethod
     def from_plan(cls, plan: ResidencyPlan, k: int, name: str | None = None) -> ResidentSet:
-        """A plan's resident chunks (a 'rag' plan holds none: RAG-only top-k)."""
+        """A plan's resident chunks (a 'rag' plan holds none: RAG-only top-k); a plan of several
+        prefixes is evaluated as served: one prefix per question."""
         chunk_ids = plan.resident_chunk_ids()
+        prefixes = plan.all_prefixes()
+        per_prefix = tuple(
+            (p.id, frozenset(c for item in p.resident for c in item.chunk_ids)) for p in prefixes
+        )
+        default = f"rag-top{k}" if plan.strategy == "rag" else plan.strategy
         return cls(
-            name=name or (f"rag-top{k}" if plan.strategy == "rag" else plan.strategy),
+            name=name or ("residency" if len(prefixes) > 1 else default),
+            prefix_chunks=per_prefix if len(prefixes) > 1 else (),
             strategy=plan.strategy,
             chunk_ids=chunk_ids,
             sections=plan.coverage.resident_sections,
@@ -88,6 +130,7 @@ class Outcome:
     retrieved: bool  # not in prefix, and a gold chunk was added
     added_chunks: int
     added_tokens: int
+    all_visible: bool = False  # every gold section visible (questions that need several)
 
     @property
     def covered(self) -> bool:
@@ -116,40 +159,20 @@ def question_outcome(
     k: int,
     margin: int,
     hedge: int,
+    gold_sections: Sequence[Collection[str]] = (),
 ) -> Outcome:
-    """Route one question and say whether its gold chunks are visible, and at what cost."""
+    """Route one question and say whether its gold chunks are visible, and at what cost
+    (`gold_sections`: the chunks of each gold section, for `all_visible`)."""
     decision = decide_route(hits, resident, k=k, margin=margin, hedge=hedge)
     added = decision.long_tail_chunk_ids
     in_prefix = any(c in resident for c in gold_chunks)
     retrieved = not in_prefix and any(c in gold_chunks for c in added)
-    return Outcome(decision.route, in_prefix, retrieved, len(added), sum(tokens[c] for c in added))
-
-
-class CoverageMetrics(BaseModel):
-    """Coverage of a set of questions under one resident set."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    questions: int = Field(ge=0, description="Questions evaluated (with relevant ids).")
-    coverage: float = Field(ge=0, le=1, description="Share whose gold evidence is visible.")
-    resident_share: float = Field(ge=0, le=1, description="Share with gold in the prefix.")
-    retrieved_share: float = Field(
-        ge=0, le=1, description="Share with gold not in the prefix but among added chunks."
+    visible = set(added)
+    all_visible = bool(gold_sections) and all(
+        any(c in resident or c in visible for c in chunks) for chunks in gold_sections
     )
-    long_tail_questions: int = Field(ge=0, description="Questions whose gold is not resident.")
-    long_tail_recall: float | None = Field(
-        ge=0, le=1, description="Retrieved / long-tail questions (None when there are none)."
-    )
-    route_resident_share: float = Field(
-        ge=0, le=1, description="Share routed 'resident' (nothing added)."
-    )
-    misrouted: int = Field(
-        ge=0, description="Not covered although routed 'resident' (only the hedge was added)."
-    )
-    mean_added_chunks: float = Field(ge=0, description="Mean chunks added beyond the prefix.")
-    mean_added_tokens: float = Field(
-        ge=0, description="Mean prompt tokens beyond the cached prefix (added chunks)."
-    )
+    cost = sum(tokens[c] for c in added)
+    return Outcome(decision.route, in_prefix, retrieved, len(added), cost, all_visible)
 
 
 def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
@@ -162,6 +185,7 @@ def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
     return CoverageMetrics(
         questions=n,
         coverage=share(in_prefix + retrieved),
+        coverage_all=share(sum(o.all_visible for o in outcomes)),
         resident_share=share(in_prefix),
         retrieved_share=share(retrieved),
         long_tail_questions=long_tail,
@@ -171,64 +195,6 @@ def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
         mean_added_chunks=share(sum(o.added_chunks for o in outcomes)),
         mean_added_tokens=share(sum(o.added_tokens for o in outcomes)),
     )
-
-
-class StrategyResult(BaseModel):
-    """One row of the comparison: a resident set and its coverage."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(min_length=1, max_length=64, description="Row name, e.g. planner, rag-top3.")
-    strategy: str = Field(min_length=1, max_length=32, description="Planning strategy.")
-    k: int = Field(ge=0, description="Long-tail chunks added per long-tail route.")
-    resident_sections: int = Field(ge=0, description="Sections wholly or partly resident.")
-    resident_chunks: int = Field(ge=0, description="Chunks in the prefix.")
-    prefix_tokens: int = Field(ge=0, description="Tokens of the cached prefix.")
-    predicted_resident_share: float | None = Field(
-        ge=0, le=1, description="The plan's own prediction (sum of p(s)); None for RAG-only."
-    )
-    overall: CoverageMetrics = Field(description="All evaluated questions.")
-    by_type: dict[str, CoverageMetrics] = Field(description="Per question type.")
-
-
-class CoverageSettings(BaseModel):
-    """The retrieval and routing every row was evaluated with."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    index_dir: str = Field(min_length=1, max_length=4096, description="Index evaluated.")
-    manifest_hash: str = Field(min_length=64, max_length=64, description="sha256 of manifest.")
-    embedder: str | None = Field(
-        max_length=4096, description="Dense embedder; None: BM25-only retrieval."
-    )
-    sparse_tokenizer: str = Field(min_length=1, max_length=4096, description="BM25 tokenizer.")
-    chunker: str = Field(min_length=1, max_length=4096, description="e.g. fixed/256/32.")
-    prefetch: int = Field(ge=1, description="Chunks ranked per question before routing.")
-    margin: int = Field(ge=0, description="Routing margin (decide_route).")
-    hedge: int = Field(ge=0, description="Chunks the resident route still adds (decide_route).")
-    tokenizer: str = Field(
-        min_length=1, max_length=4096, description="Encoder the added tokens were counted with."
-    )
-    budget_tokens: int | None = Field(ge=1, description="Resident budget (simulation), if any.")
-
-
-class CoverageReport(BaseModel):
-    """A whole `residency eval coverage` run."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: str = Field(default="coverage", max_length=32, description="Report kind.")
-    timestamp: dt.datetime = Field(description="When the run finished (UTC).")
-    questions_source: str = Field(
-        min_length=1, max_length=4096, description="Questions file or simulation."
-    )
-    evaluated: int = Field(ge=0, description="Questions with relevant ids (in the metrics).")
-    excluded_no_relevant: int = Field(ge=0, description="Questions with no relevant ids.")
-    unknown_relevant_count: int = Field(ge=0, description="Relevant ids not in the index.")
-    settings: CoverageSettings = Field(description="Retrieval and routing settings.")
-    results: tuple[StrategyResult, ...] = Field(description="One row per resident set.")
-    simulation: TrafficStats | None = Field(default=None, description="Simulated traffic, if any.")
-    notes: tuple[str, ...] = Field(default=(), description="What the reader should know.")
 
 
 def rank_queries(
@@ -258,18 +224,33 @@ def evaluate_resident_set(
     """Coverage of answerable `questions` (already ranked) under one resident set."""
     by_type: dict[str, list[Outcome]] = {}
     outcomes: list[Outcome] = []
+    prefix_of = {c: pid for pid, chunks in resident.prefix_chunks for c in chunks}
+    per_prefix = dict(resident.prefix_chunks)
     for q in questions:
         if not q.relevant_ids:
             continue
-        gold = {c.id for sid in q.relevant_ids for c in index.chunks_of(sid)}
+        gold_sections = [
+            frozenset(c.id for c in index.chunks_of(sid))
+            for sid in q.relevant_ids
+            if index.has_section(sid)
+        ]
+        if len(gold_sections) < len(q.relevant_ids):
+            gold_sections.append(frozenset())  # an unknown gold id is never visible
+        gold = {c for chunks in gold_sections for c in chunks}
+        visible = resident.chunk_ids
+        if per_prefix:  # as the router serves it: only the chosen prefix is in the prompt
+            visible = per_prefix[
+                choose_prefix(rankings[q.query], prefix_of, resident.prefix_chunks[0][0])
+            ]
         outcome = question_outcome(
             rankings[q.query],
-            resident.chunk_ids,
+            visible,
             gold,
             tokens,
             k=resident.k,
             margin=margin,
             hedge=hedge,
+            gold_sections=gold_sections,
         )
         outcomes.append(outcome)
         by_type.setdefault(q.type or UNTYPED, []).append(outcome)
@@ -283,6 +264,25 @@ def evaluate_resident_set(
         predicted_resident_share=resident.predicted_share,
         overall=summarize(outcomes),
         by_type={t: summarize(o) for t, o in sorted(by_type.items())},
+        covered_mask=tuple(o.covered for o in outcomes),
+    )
+
+
+def rescued_of_rag(
+    rows: Sequence[StrategyResult], baseline: str = "rag-top5"
+) -> tuple[StrategyResult, ...]:
+    """Each row with the share of `baseline`'s misses it covers (same questions, same order)."""
+    base = next((r for r in rows if r.name == baseline), None)
+    if base is None:
+        return tuple(rows)
+    missed = [i for i, covered in enumerate(base.covered_mask) if not covered]
+    if not missed:
+        return tuple(rows)
+    return tuple(
+        r.model_copy(
+            update={"rag_misses_rescued": sum(r.covered_mask[i] for i in missed) / len(missed)}
+        )
+        for r in rows
     )
 
 
@@ -305,9 +305,11 @@ def evaluate_coverage(
     answerable = [q for q in questions if q.relevant_ids]
     rankings = rank_queries(index, [q.query for q in answerable], prefetch, progress)
     tokens = chunk_token_counts(index, encoder)
-    results = tuple(
-        evaluate_resident_set(index, answerable, rankings, r, tokens, margin, hedge)
-        for r in resident_sets
+    results = rescued_of_rag(
+        [
+            evaluate_resident_set(index, answerable, rankings, r, tokens, margin, hedge)
+            for r in resident_sets
+        ]
     )
     unknown = {sid for q in answerable for sid in q.relevant_ids if not index.has_section(sid)}
     m = index.manifest

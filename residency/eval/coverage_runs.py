@@ -13,9 +13,11 @@ traffic with the same rankings.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from planner import Reserves
+from planner.budget import compute_resident_budget
 from residency.corpus.squad import import_squad
 from residency.errors import ConfigError
 from residency.eval.coverage import (
@@ -23,16 +25,20 @@ from residency.eval.coverage import (
     RAG_BASELINE_KS,
     CoverageReport,
     ResidentSet,
+    StrategyResult,
     evaluate_coverage,
 )
 from residency.eval.questions import load_questions
+from residency.eval.seeds import RANDOM_DRAWS, across_seeds, mean_row
 from residency.eval.traffic import TrafficOptions, simulate_traffic
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
 from residency.index.manifest import MANIFEST_FILE, read_manifest
 from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.grouping import co_asked, merge_affinity
+from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import CapacitySnapshot, LogSummary, Strategy, read_plan
-from residency.planning.run import CACHE_DIR, DATA_ROOT
+from residency.planning.run import CACHE_DIR, DATA_ROOT, index_closeness
 from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
@@ -143,6 +149,38 @@ class SimulationJob:
     depth: int = DEFAULT_DEPTH
     prior_weight: float = DEFAULT_PRIOR_WEIGHT
     cache_dir: Path = COVERAGE_CACHE
+    # A modelled host (--kv-cache-tokens, --max-model-len, --concurrency): adds the rows
+    # 'single-prefix' (one prefix of the host's window) and 'residency' (prefixes as served).
+    kv_cache_tokens: int | None = None
+    max_model_len: int | None = None
+    concurrency: int = 1
+
+
+def host_capacity(kv_cache_tokens: int, max_model_len: int, concurrency: int) -> CapacitySnapshot:
+    """A modelled host: the default per-request reserves, block size 16, no hybrid alignment."""
+    reserves = Reserves(concurrent_requests=concurrency)
+    budget = compute_resident_budget(
+        max_model_len=max_model_len,
+        kv_cache_tokens=kv_cache_tokens,
+        block_size=SIM_BLOCK_SIZE,
+        reserves=reserves,
+        align_to_blocks=False,
+    )
+    return CapacitySnapshot(
+        model="simulation",
+        host=f"modelled: {kv_cache_tokens} KV tokens, max_model_len {max_model_len}",
+        max_model_len=max_model_len,
+        kv_cache_tokens=kv_cache_tokens,
+        block_size=SIM_BLOCK_SIZE,
+        is_hybrid=False,
+        resident_budget_tokens=budget.resident_budget_tokens,
+        binding_constraint=budget.binding_constraint,
+        reasoning=budget.reasoning,
+        context_limit_tokens=budget.context_limit_tokens,
+        concurrency_reserve_tokens=budget.concurrency_reserve_tokens,
+        concurrent_requests=concurrency,
+        per_request_tokens=reserves.per_request_tokens,
+    )
 
 
 def simulation_capacity(budget_tokens: int) -> CapacitySnapshot:
@@ -220,6 +258,11 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         total_count=sum(e.count for e in traffic.log),
         skipped=0,
     )
+    host = None
+    if job.kv_cache_tokens is not None or job.max_model_len is not None:
+        if job.kv_cache_tokens is None or job.max_model_len is None:
+            raise ConfigError("--kv-cache-tokens and --max-model-len describe the host together")
+        host = host_capacity(job.kv_cache_tokens, job.max_model_len, job.concurrency)
     progress.start("planning", len(STRATEGIES))
     plans = {}
     for strategy in STRATEGIES:
@@ -232,16 +275,45 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         )
         plans[strategy] = build_plan(index, mass, capacity, encoder, options)
         progress.advance(1)
-    rows = [ResidentSet.from_plan(plans["rag"], k) for k in RAG_BASELINE_KS]
-    rows += [ResidentSet.from_plan(plans[s], job.k) for s in PLANNED]
+    rag_ks = sorted({*RAG_BASELINE_KS, job.k})  # RAG at the router's k too: equal k
+    rows = [ResidentSet.from_plan(plans["rag"], k) for k in rag_ks]
+    for s in PLANNED:
+        if s != "random":
+            rows.append(ResidentSet.from_plan(plans[s], job.k))
+            continue
+        for draw in range(RANDOM_DRAWS):  # random residency: the mean of several draws
+            options = PlanOptions(
+                strategy="random",
+                seed=job.traffic.seed * RANDOM_DRAWS + draw,
+                depth=job.depth,
+                prior_weight=job.prior_weight,
+                log_summary=summary,
+            )
+            drawn = build_plan(index, mass, capacity, encoder, options)
+            rows.append(ResidentSet.from_plan(drawn, job.k, name=f"random#{draw}"))
+    if host is not None:
+        options = PlanOptions(depth=job.depth, prior_weight=job.prior_weight, log_summary=summary)
+        single = build_plan(index, mass, host, encoder, options)
+        rows.append(ResidentSet.from_plan(single, job.k, name="single-prefix"))
+        memo: dict[str, list[str]] = {}
+
+        def search(query: str, n: int) -> list[str]:
+            if query not in memo:
+                memo[query] = [h.section_id for h in index.search(query, job.depth)]
+            return memo[query][:n]
+
+        affinity = merge_affinity(co_asked(traffic.log, search, job.depth), index_closeness(index))
+        served = build_prefix_plan(index, mass, affinity, host, encoder, options)
+        rows.append(ResidentSet.from_plan(served, job.k, name="residency"))
     retrieval = "hybrid (dense + BM25)" if job.dense else "BM25-only (pass --dense for hybrid)"
     notes = [
         f"index {'reused' if reused else 'built'}: {index.directory}; retrieval {retrieval}",
         f"tokens counted with the tiny tokenizer {tokenizer_dir.name}",
         f"planner scoring: attribution depth {job.depth}, prior weight {job.prior_weight:g}",
     ]
+    notes.append(f"random: the mean of {RANDOM_DRAWS} draws")
     progress.start("ranking eval questions", len({q.query for q in traffic.eval_questions}))
-    return evaluate_coverage(
+    report = evaluate_coverage(
         index,
         traffic.eval_questions,
         rows,
@@ -255,3 +327,25 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         notes=notes,
         progress=progress.advance,
     )
+    draws = [r for r in report.results if r.name.startswith("random#")]
+    merged: list[StrategyResult] = []
+    for r in report.results:
+        if r is draws[0]:
+            merged.append(mean_row("random", draws))
+        elif r not in draws:
+            merged.append(r)
+    return report.model_copy(update={"results": tuple(merged)})
+
+
+def run_simulations(job: SimulationJob, seeds: int, progress: BuildProgress) -> CoverageReport:
+    """`run_simulation` over `seeds` traffic seeds (seed, seed + 1, ...): the first seed's
+    report, with every row's mean and sd over all of them."""
+    if seeds < 1:
+        raise ConfigError(f"--seeds {seeds}: run at least one traffic seed")
+    reports = []
+    for n in range(seeds):
+        traffic = job.traffic.model_copy(update={"seed": job.traffic.seed + n})
+        reports.append(run_simulation(replace(job, traffic=traffic), progress))
+    if seeds == 1:
+        return reports[0]
+    return reports[0].model_copy(update={"across_seeds": across_seeds(reports)})

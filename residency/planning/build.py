@@ -28,7 +28,12 @@ from residency.planning.plan_model import (
     ResidentItem,
     Strategy,
 )
-from residency.planning.prefix import finalize_prefix, render_prefix, render_section
+from residency.planning.prefix import (
+    RenderedPrefix,
+    finalize_prefix,
+    render_prefix,
+    render_section,
+)
 from residency.planning.scoring import (
     DEFAULT_DEPTH,
     DEFAULT_PRIOR_WEIGHT,
@@ -57,7 +62,9 @@ class PlanOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class _Item:
+class PlanItem:
+    """A section (or a part of one) that may become resident, with its cost and value."""
+
     id: str
     section: Section
     chunk_ids: tuple[str, ...]
@@ -79,35 +86,35 @@ def log_mass(
     return attribute_queries(entries, search, depth)
 
 
-def _check_ids(index: Index, ids: Sequence[str], flag: str) -> None:
+def check_ids(index: Index, ids: Sequence[str], flag: str) -> None:
     unknown = [i for i in ids if not index.has_section(i)]
     if unknown:
         shown = ", ".join(unknown[:10]) + (" ..." if len(unknown) > 10 else "")
         raise ConfigError(f"{flag}: unknown section id(s): {shown} (see sections.jsonl)")
 
 
-def _render_item(item: _Item) -> Section:
+def render_item(item: PlanItem) -> Section:
     if item.part is None:
         return item.section
     title = f"{item.section.title} (part {item.part})".strip()
     return item.section.model_copy(update={"id": item.id, "title": title, "text": item.text})
 
 
-def _items(
+def plan_items(
     index: Index,
     scores: Mapping[str, SectionScore],
     encoder: ModelTokenizer,
     max_item_tokens: int,
-) -> list[_Item]:
+) -> list[PlanItem]:
     """One item per section; sections over `max_item_tokens` split at chunk boundaries."""
-    items: list[_Item] = []
+    items: list[PlanItem] = []
     for section in index.sections:
         score = scores[section.id]
         cost = encoder.count(render_section(section)) + 1
         chunks = index.chunks_of(section.id)
         if cost <= max_item_tokens or len(chunks) < 2:
             items.append(
-                _Item(
+                PlanItem(
                     section.id,
                     section,
                     tuple(c.id for c in chunks),
@@ -123,7 +130,7 @@ def _items(
         groups = [chunks[i : i + per_part] for i in range(0, len(chunks), per_part)]
         for n, group in enumerate(groups, start=1):
             text = section.text[group[0].start_char : group[-1].end_char]
-            draft = _Item(
+            draft = PlanItem(
                 f"{section.id}::part{n}",
                 section,
                 tuple(c.id for c in group),
@@ -133,13 +140,15 @@ def _items(
                 score,
                 0.0,
             )
-            tokens = encoder.count(render_section(_render_item(draft))) + 1
+            tokens = encoder.count(render_section(render_item(draft))) + 1
             share = score.probability * len(text) / max(len(section.text), 1)
-            items.append(_Item(draft.id, section, draft.chunk_ids, text, n, tokens, score, share))
+            items.append(
+                PlanItem(draft.id, section, draft.chunk_ids, text, n, tokens, score, share)
+            )
     return items
 
 
-def _fill(order: Sequence[_Item], room: int, stop_at_first_miss: bool) -> list[_Item]:
+def _fill(order: Sequence[PlanItem], room: int, stop_at_first_miss: bool) -> list[PlanItem]:
     chosen, used = [], 0
     for item in order:
         if used + item.tokens <= room:
@@ -151,8 +160,8 @@ def _fill(order: Sequence[_Item], room: int, stop_at_first_miss: bool) -> list[_
 
 
 def _choose(
-    items: Sequence[_Item], room: int, options: PlanOptions
-) -> tuple[list[_Item], str, float]:
+    items: Sequence[PlanItem], room: int, options: PlanOptions
+) -> tuple[list[PlanItem], str, float]:
     pinned = [i for i in items if i.section.id in options.pins]
     free = [
         i
@@ -174,7 +183,7 @@ def _choose(
     if pinned_tokens > room:
         select_resident([Candidate(i.id, i.tokens, i.value, pinned=True) for i in pinned], room)
     rest = room - pinned_tokens
-    orderings: dict[str, Callable[[], list[_Item]]] = {
+    orderings: dict[str, Callable[[], list[PlanItem]]] = {
         "frequency": lambda: sorted(free, key=lambda i: (-i.score.mass, i.section.order)),
         "density": lambda: sorted(free, key=lambda i: (i.tokens, i.section.order)),
         "random": lambda: random.Random(options.seed).sample(free, len(free)),
@@ -185,6 +194,72 @@ def _choose(
     return pinned + chosen, options.strategy, 0.0
 
 
+def render_items(
+    chosen: Sequence[PlanItem],
+    pins: set[str],
+    instructions: str,
+    index: Index,
+    encoder: ModelTokenizer,
+    align: int | None,
+    budget: int,
+) -> tuple[list[PlanItem], RenderedPrefix]:
+    """Render `chosen` in canonical order; drop the least dense free item while over budget."""
+    chosen = list(chosen)
+    while True:
+        ordered = sorted(
+            chosen, key=lambda i: (i.section.id not in pins, i.section.order, i.part or 0)
+        )
+        text = render_prefix(instructions, [render_item(i) for i in ordered], index.language)
+        rendered = finalize_prefix(text, encoder, align)
+        if rendered.token_count <= budget or not ordered:
+            return ordered, rendered
+        # Token counts of parts do not add up exactly (BPE): drop the least dense free item.
+        droppable = [i for i in ordered if i.section.id not in pins]
+        if not droppable:
+            raise InfeasiblePlanError(
+                f"pinned sections render to {rendered.token_count} tokens, over the budget of "
+                f"{budget}; unpin some (--pin) or raise the budget"
+            )
+        chosen = [i for i in ordered if i is not min(droppable, key=lambda i: i.value / i.tokens)]
+
+
+def resident_item(item: PlanItem, pins: set[str]) -> ResidentItem:
+    """The plan.json record of one chosen item."""
+    return ResidentItem(
+        id=item.id,
+        section_id=item.section.id,
+        chunk_ids=item.chunk_ids,
+        tokens=item.tokens,
+        probability=min(item.value, 1.0),
+        frequency=item.score.frequency,
+        density=item.value / max(item.tokens, 1),
+        pinned=item.section.id in pins,
+    )
+
+
+def prefix_info(rendered: RenderedPrefix, encoder: ModelTokenizer) -> PrefixInfo:
+    """The plan.json record of a rendered prefix."""
+    return PrefixInfo(
+        text=rendered.text,
+        token_count=rendered.token_count,
+        hash=rendered.prefix_hash,
+        hash_of="token_ids" if rendered.hash_of == "token_ids" else "text",
+        tokenizer=encoder.name,
+        pad_tokens=rendered.pad_tokens,
+        aligned_to=rendered.aligned_to,
+    )
+
+
+def section_scores(
+    index: Index, mass: Mapping[str, float], options: PlanOptions
+) -> dict[str, SectionScore]:
+    """p(s) and frequency of every section, by id."""
+    scored = score_sections(
+        [(s.id, max(s.token_count, 1)) for s in index.sections], dict(mass), options.prior_weight
+    )
+    return {s.section_id: s for s in scored}
+
+
 def build_plan(
     index: Index,
     mass: Mapping[str, float],
@@ -193,8 +268,8 @@ def build_plan(
     options: PlanOptions,
 ) -> ResidencyPlan:
     """Choose and render the resident prefix for one strategy."""
-    _check_ids(index, options.pins, "--pin")
-    _check_ids(index, options.excludes, "--exclude")
+    check_ids(index, options.pins, "--pin")
+    check_ids(index, options.excludes, "--exclude")
     budget = capacity.resident_budget_tokens
     align = capacity.block_size if capacity.is_hybrid else None
     language = index.language
@@ -209,33 +284,10 @@ def build_plan(
             f"({fixed} tokens{' plus block padding' if align else ''}); raise the budget "
             "(--max-model-len, --reserve-*, --gpu-memory-utilization)"
         )
-    scores = {
-        s.section_id: s
-        for s in score_sections(
-            [(s.id, max(s.token_count, 1)) for s in index.sections],
-            dict(mass),
-            options.prior_weight,
-        )
-    }
-    items = _items(index, scores, encoder, room)
+    items = plan_items(index, section_scores(index, mass, options), encoder, room)
     chosen, method, gap = _choose(items, room, options)
     pins = set(options.pins)
-    while True:
-        ordered = sorted(
-            chosen, key=lambda i: (i.section.id not in pins, i.section.order, i.part or 0)
-        )
-        text = render_prefix(instructions, [_render_item(i) for i in ordered], language)
-        rendered = finalize_prefix(text, encoder, align)
-        if rendered.token_count <= budget or not ordered:
-            break
-        # Token counts of parts do not add up exactly (BPE): drop the least dense free item.
-        droppable = [i for i in ordered if i.section.id not in pins]
-        if not droppable:
-            raise InfeasiblePlanError(
-                f"pinned sections render to {rendered.token_count} tokens, over the budget of "
-                f"{budget}; unpin some (--pin) or raise the budget"
-            )
-        chosen = [i for i in ordered if i is not min(droppable, key=lambda i: i.value / i.tokens)]
+    ordered, rendered = render_items(chosen, pins, instructions, index, encoder, align, budget)
     resident_sections = {i.section.id for i in ordered}
     whole = {i.section.id for i in ordered if i.part is None}
     return ResidencyPlan(
@@ -247,29 +299,9 @@ def build_plan(
         log=options.log_summary,
         selection_method=method,
         optimality_gap_bound=gap,
-        resident=tuple(
-            ResidentItem(
-                id=i.id,
-                section_id=i.section.id,
-                chunk_ids=i.chunk_ids,
-                tokens=i.tokens,
-                probability=min(i.value, 1.0),
-                frequency=i.score.frequency,
-                density=i.value / max(i.tokens, 1),
-                pinned=i.section.id in pins,
-            )
-            for i in ordered
-        ),
+        resident=tuple(resident_item(i, pins) for i in ordered),
         long_tail_section_ids=tuple(s.id for s in index.sections if s.id not in whole),
-        prefix=PrefixInfo(
-            text=rendered.text,
-            token_count=rendered.token_count,
-            hash=rendered.prefix_hash,
-            hash_of="token_ids" if rendered.hash_of == "token_ids" else "text",
-            tokenizer=encoder.name,
-            pad_tokens=rendered.pad_tokens,
-            aligned_to=rendered.aligned_to,
-        ),
+        prefix=prefix_info(rendered, encoder),
         coverage=Coverage(
             resident_share=min(sum(i.value for i in ordered), 1.0),
             resident_sections=len(resident_sections),

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from residency.atomic import write_bytes_atomic
 from residency.errors import ConfigError
@@ -30,6 +30,16 @@ class CapacitySnapshot(BaseModel):
     resident_budget_tokens: int = Field(ge=1, description="Tokens the prefix may take.")
     binding_constraint: str = Field(description="max_model_len or kv_cache.")
     reasoning: str = Field(description="Why the budget is what it is.")
+    context_limit_tokens: int | None = Field(
+        default=None, description="max_model_len - per-request reserve: one prefix's window."
+    )
+    concurrency_reserve_tokens: int | None = Field(
+        default=None, ge=0, description="KV tokens kept free for --concurrency requests."
+    )
+    concurrent_requests: int | None = Field(default=None, ge=1, description="--concurrency.")
+    per_request_tokens: int | None = Field(
+        default=None, ge=0, description="Tokens one request adds after its prefix."
+    )
 
 
 class ResidentItem(BaseModel):
@@ -113,6 +123,40 @@ class LogSummary(BaseModel):
         return f" from {len(self.files)} logs ({shown}{', ...' if len(self.files) > 5 else ''})"
 
 
+class PlanPrefix(BaseModel):
+    """One of several resident prefixes: its sections, its exact text and its share of traffic."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1, max_length=64, description="'p0', 'p1', ...: busiest first.")
+    tokens: int = Field(ge=0, description="Tokens of the prefix text (= prefix.token_count).")
+    sha256: str = Field(description="The prefix hash (= prefix.hash).")
+    section_ids: tuple[str, ...] = Field(description="Sections wholly or partly in it.")
+    traffic_share: float = Field(
+        ge=0, le=1, description="Expected share of questions whose evidence is in it (sum p(s))."
+    )
+    resident: tuple[ResidentItem, ...] = Field(description="Its items, in prefix order.")
+    prefix: PrefixInfo = Field(description="The exact prefix.")
+
+
+class PrefixArithmetic(BaseModel):
+    """How several prefixes share the KV cache: the one line `residency plan` prints."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kv_cache_tokens: int = Field(ge=0, description="vLLM kv_cache_size_tokens.")
+    window_tokens: int = Field(ge=0, description="The most one prefix may take.")
+    resident_kv_tokens: int = Field(
+        ge=0, description="KV tokens the prefixes hold, each rounded up to whole blocks."
+    )
+    headroom_tokens: int = Field(description="KV tokens left for the requests' own tokens.")
+    per_request_kv_tokens: int = Field(ge=1, description="One request's own tokens, in blocks.")
+    concurrency_requested: int = Field(ge=1, description="--concurrency.")
+    concurrency_left: int = Field(ge=0, description="Requests the headroom holds at once.")
+    prefixes_chosen_by: Literal["auto", "forced"] = Field(description="--prefixes or the planner.")
+    counting_rule: str = Field(description="How a cached prefix is counted in the KV cache.")
+
+
 class ResidencyPlan(BaseModel):
     """The whole plan, as written to plan.json."""
 
@@ -131,10 +175,63 @@ class ResidencyPlan(BaseModel):
     long_tail_section_ids: tuple[str, ...] = Field(description="Sections left to retrieval.")
     prefix: PrefixInfo = Field(description="The exact prefix.")
     coverage: Coverage = Field(description="Predicted coverage.")
+    prefixes: tuple[PlanPrefix, ...] = Field(
+        default=(),
+        max_length=1024,
+        description="Every resident prefix, busiest first (`prefix` and `resident` above are "
+        "p0's and all prefixes' items); empty in plans written before several prefixes.",
+    )
+    arithmetic: PrefixArithmetic | None = Field(
+        default=None, description="How the prefixes share the KV cache (None: older plans)."
+    )
+
+    @model_validator(mode="after")
+    def _prefixes_agree(self) -> ResidencyPlan:
+        """`prefix` is p0's, and every prefix's tokens and sha256 are its text's (an edited
+        plan.json is refused rather than warmed with one text and served with another)."""
+        if self.prefixes and self.prefixes[0].prefix != self.prefix:
+            raise ValueError(
+                "prefix differs from prefixes[0].prefix: plan.json was edited; re-plan"
+            )
+        for p in self.prefixes:
+            if (p.tokens, p.sha256) != (p.prefix.token_count, p.prefix.hash):
+                raise ValueError(f"prefix {p.id}: tokens or sha256 differ from its text; re-plan")
+        return self
 
     def resident_chunk_ids(self) -> frozenset[str]:
-        """Chunk ids inside the prefix (what routing treats as resident)."""
+        """Chunk ids inside any prefix (what routing treats as resident somewhere)."""
         return frozenset(c for item in self.resident for c in item.chunk_ids)
+
+    def all_prefixes(self) -> tuple[PlanPrefix, ...]:
+        """`prefixes`, or the one prefix of a plan written before there were several."""
+        if self.prefixes:
+            return self.prefixes
+        return (single_prefix(self.resident, self.prefix, self.coverage.resident_share),)
+
+    def for_prefix(self, prefix_id: str) -> ResidencyPlan:
+        """This plan seen through one prefix (what warm and the checks of one prefix need)."""
+        for p in self.all_prefixes():
+            if p.id == prefix_id:
+                share = p.traffic_share
+                coverage = self.coverage.model_copy(update={"resident_share": share})
+                update = {"prefix": p.prefix, "resident": p.resident, "coverage": coverage}
+                return self.model_copy(update={**update, "prefixes": (p,)})
+        raise ConfigError(f"plan has no prefix {prefix_id!r}")
+
+
+def single_prefix(
+    resident: tuple[ResidentItem, ...], prefix: PrefixInfo, share: float, prefix_id: str = "p0"
+) -> PlanPrefix:
+    """The `PlanPrefix` of one prefix's items and rendered text."""
+    return PlanPrefix(
+        id=prefix_id,
+        tokens=prefix.token_count,
+        sha256=prefix.hash,
+        section_ids=tuple(dict.fromkeys(i.section_id for i in resident)),
+        traffic_share=min(share, 1.0),
+        resident=resident,
+        prefix=prefix,
+    )
 
 
 def write_plan(plan: ResidencyPlan, path: Path) -> None:

@@ -19,7 +19,9 @@ from residency.index import BuildProgress, Index, IndexOptions, build_index, ope
 from residency.index.store import RetrievalBackend
 from residency.models.tokenizer import ensure_tokenizer
 from residency.paths import cache_root
-from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.build import PlanOptions
+from residency.planning.grouping import Pair, closeness, co_asked, merge_affinity
+from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import (
     CapacitySnapshot,
     LogFileSummary,
@@ -27,6 +29,7 @@ from residency.planning.plan_model import (
     ResidencyPlan,
     Strategy,
 )
+from residency.planning.scoring import DEFAULT_DEPTH, attribute_queries
 from residency.query_log import LogRead, expand_log_patterns, merge_by_time, read_query_log
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, ServerTokenizer
 
@@ -49,6 +52,7 @@ class PlanJob:
     excludes: tuple[str, ...] = ()
     seed: int = 0
     backend: RetrievalBackend | None = None  # attribution through it (e.g. Qdrant), not FAISS
+    prefixes: int | None = None  # --prefixes; None: the planner picks the count
     warnings: list[str] = field(default_factory=list)
 
 
@@ -66,6 +70,10 @@ def snapshot(report: CapacityReport) -> CapacitySnapshot:
         resident_budget_tokens=report.resident_budget_tokens,
         binding_constraint=report.binding_constraint,
         reasoning=report.reasoning,
+        context_limit_tokens=report.plan.budget.context_limit_tokens,
+        concurrency_reserve_tokens=report.plan.budget.concurrency_reserve_tokens,
+        concurrent_requests=inputs.reserves.concurrent_requests,
+        per_request_tokens=inputs.reserves.per_request_tokens,
     )
 
 
@@ -153,7 +161,14 @@ def run_plan(
         index = open_index(job.index_dir, backend=job.backend)
     log, files = read_log(job, sample)
     entries = log.entries if log else ()
-    mass = log_mass(index, entries) if entries else {}
+    memo: dict[str, list[str]] = {}
+
+    def search(query: str, k: int) -> list[str]:
+        if query not in memo:  # mass and co-asked pairs read the same top hits
+            memo[query] = [h.section_id for h in index.search(query, DEFAULT_DEPTH)]
+        return memo[query][:k]
+
+    mass = attribute_queries(entries, search, DEFAULT_DEPTH) if entries else {}
     summary = LogSummary(
         path=files[0].path if files else None,
         entries=len(entries),
@@ -168,5 +183,28 @@ def run_plan(
         seed=job.seed,
         log_summary=summary,
     )
-    plan = build_plan(index, mass, snapshot(report), encoder_for(job, index, sample), options)
+    affinity: dict[Pair, float] = {}
+    if job.strategy == "planner" and job.prefixes != 1:
+        affinity = merge_affinity(co_asked(entries, search, DEFAULT_DEPTH), index_closeness(index))
+    plan = build_prefix_plan(
+        index,
+        mass,
+        affinity,
+        snapshot(report),
+        encoder_for(job, index, sample),
+        options,
+        job.prefixes,
+    )
     return report, plan
+
+
+def index_closeness(index: Index) -> dict[Pair, float]:
+    """Section pairs close in the index: each section's first chunk searched with BM25."""
+    bm25 = index.retrievers().bm25
+    firsts = [(s.id, chunks[0].text) for s in index.sections if (chunks := index.chunks_of(s.id))]
+
+    def search(text: str, k: int) -> list[str]:
+        ids = [index.section_of(h.id) for h in bm25.search(text, 2 * k)]
+        return list(dict.fromkeys(ids))[:k]
+
+    return closeness(firsts, search)

@@ -18,7 +18,7 @@ from residency.errors import ConfigError
 from residency.index import Index
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
-from residency.routing import ChunkHit, decide_route
+from residency.routing import ChunkHit, choose_prefix, decide_route
 from residency.serve.prompt import ContextBlock
 from residency.serve.pruner import Passage, PruneResult, PrunerSettings, prune
 from residency.serve.settings import RetrieverName, ServeSettings
@@ -47,6 +47,7 @@ class Retrieval:
     period: Period | None
     dated_section_ids: tuple[str, ...]  # sections pinned for the period, first in the prompt
     retrieval_s: float
+    prefix_id: str = "p0"  # the resident prefix the request goes out with
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +75,22 @@ class ContextBuilder:
         self.index = index
         self.settings = settings
         self.resident_chunk_ids = plan.resident_chunk_ids()
+        self.prefixes = {p.id: p for p in plan.all_prefixes()}
+        self.default_prefix = plan.all_prefixes()[0].id
+        self._prefix_chunks = {
+            p.id: frozenset(c for item in p.resident for c in item.chunk_ids)
+            for p in self.prefixes.values()
+        }
+        self._prefix_of = {c: pid for pid, chunks in self._prefix_chunks.items() for c in chunks}
         self._chunks: dict[str, Chunk] = {c.id: c for c in index.chunks}
-        self._fully_resident = frozenset(
-            s.id
-            for s in index.sections
-            if (chunks := index.chunks_of(s.id))
-            and all(c.id in self.resident_chunk_ids for c in chunks)
-        )
+        self._fully_resident = {
+            pid: frozenset(
+                s.id
+                for s in index.sections
+                if (chunks := index.chunks_of(s.id)) and all(c.id in resident for c in chunks)
+            )
+            for pid, resident in self._prefix_chunks.items()
+        }
         self._retriever = _retriever(index, settings.retriever)
         self._pruner = (
             PrunerSettings(
@@ -104,15 +114,16 @@ class ContextBuilder:
         started = time.perf_counter()
         s = self.settings
         hits: Sequence[ChunkHit] = self._retriever.search(question, max(s.prefetch, s.k + 1))
+        prefix = choose_prefix(hits, self._prefix_of, self.default_prefix)
         decision = decide_route(
-            hits, self.resident_chunk_ids, k=s.k, margin=s.margin, hedge=s.hedge
+            hits, self._prefix_chunks[prefix], k=s.k, margin=s.margin, hedge=s.hedge
         )
         period = resolve_period(question, today or s.today or dt.date.today())
         dated: tuple[str, ...] = ()
         if period is not None and s.max_dated > 0:
             ranked = list(dict.fromkeys(self.index.section_of(h.id) for h in hits))
             picked = select_dated(self.index.sections, period, ranked, s.max_dated)
-            dated = tuple(x.id for x in picked if x.id not in self._fully_resident)
+            dated = tuple(x.id for x in picked if x.id not in self._fully_resident[prefix])
         chunk_ids = tuple(
             c for c in decision.long_tail_chunk_ids if self.index.section_of(c) not in dated
         )
@@ -125,7 +136,12 @@ class ContextBuilder:
             period=period,
             dated_section_ids=dated,
             retrieval_s=time.perf_counter() - started,
+            prefix_id=prefix,
         )
+
+    def prefix_text(self, prefix_id: str) -> str:
+        """The exact system-message text of one resident prefix."""
+        return self.prefixes[prefix_id].prefix.text
 
     async def finish(self, retrieval: Retrieval, http: Session) -> RequestContext:
         """Prune the long-tail chunks (when a pruner is set) and render the context block."""

@@ -8,12 +8,19 @@ from collections.abc import Mapping, Sequence
 
 ROUTE_HEADER = "X-Residency-Route"
 RETRIEVED_HEADER = "X-Residency-Retrieved"
+PREFIX_HEADER = "X-Residency-Prefix"
 
 
-def route_headers(route: str, section_ids: Sequence[str]) -> dict[str, str]:
-    """Both headers: the route, and the section ids comma-separated, each percent-encoded."""
+def route_headers(
+    route: str, section_ids: Sequence[str], prefix_id: str | None = None
+) -> dict[str, str]:
+    """The route, the section ids comma-separated (each percent-encoded), and the resident
+    prefix the request went out with."""
     retrieved = ",".join(urllib.parse.quote(s, safe="") for s in section_ids)
-    return {ROUTE_HEADER: route, RETRIEVED_HEADER: retrieved}
+    out = {ROUTE_HEADER: route, RETRIEVED_HEADER: retrieved}
+    if prefix_id is not None:
+        out[PREFIX_HEADER] = urllib.parse.quote(prefix_id, safe="")
+    return out
 
 
 def parse_retrieved_header(value: str | None) -> tuple[str, ...]:

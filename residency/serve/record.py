@@ -21,6 +21,9 @@ class RouterLogRecord(BaseModel):
     ts: dt.datetime = Field(description="Arrival time (UTC).")
     endpoint: Literal["chat", "completions"] = Field(description="Which API was called.")
     route: str = Field(description="resident, long_tail or dated.")
+    prefix: str | None = Field(
+        default=None, max_length=64, description="The resident prefix it went out with."
+    )
     retrieved: tuple[str, ...] = Field(description="Section ids added after the prefix.")
     chunks: tuple[str, ...] = Field(description="Long-tail chunk ids added, prompt order.")
     top_chunk: str | None = Field(default=None, description="The best-ranked chunk overall.")

@@ -75,7 +75,8 @@ class Exchange:
 
     def headers(self) -> dict[str, str]:
         """What the router tells the client about its choice (ids only, no addresses)."""
-        return route_headers(self.ctx.retrieval.route, self.ctx.section_ids)
+        r = self.ctx.retrieval
+        return route_headers(r.route, self.ctx.section_ids, r.prefix_id)
 
 
 class Router:
@@ -94,7 +95,6 @@ class Router:
         self.pool = pool
         self.http = http
         self.metrics = metrics
-        self.prefix_text = builder.plan.prefix.text
         self.log: QueryLogWriter | None = QueryLogWriter(settings.log) if settings.log else None
         self._limiter = anyio.CapacityLimiter(2)
 
@@ -132,7 +132,8 @@ class Router:
             if not ctx.prune.valid:
                 self.metrics.pruner_invalid.inc()
         ex = Exchange(endpoint, ctx, started=arrived, ts=ts)
-        assembled = assemble_messages(req.messages, self.prefix_text, ctx.block)
+        prefix_text = self.builder.prefix_text(retrieval.prefix_id)
+        assembled = assemble_messages(req.messages, prefix_text, ctx.block)
         body = req.body
         large = len(raw) > INLINE_BODY_BYTES
         stream, client_usage = req.stream, req.client_usage
@@ -314,6 +315,7 @@ class Router:
         route = ex.ctx.retrieval.route
         status = ex.outcome
         self.metrics.requests.labels(ex.endpoint, route, status).inc()
+        self.metrics.prefix_requests.labels(ex.ctx.retrieval.prefix_id).inc()
         usage = Usage.of(ex.usage)
         if usage.prompt_tokens is not None:
             self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens)
@@ -330,6 +332,7 @@ class Router:
             ts=ex.ts,
             endpoint=ex.endpoint,
             route=route,
+            prefix=ex.ctx.retrieval.prefix_id,
             retrieved=ex.ctx.section_ids,
             chunks=ex.ctx.kept_chunk_ids,
             top_chunk=r.top_chunk_id,

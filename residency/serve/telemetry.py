@@ -23,6 +23,12 @@ class RouterMetrics:
             ("endpoint", "route", "status"),
             registry=r,
         )
+        self.prefix_requests = Counter(
+            "residency_router_prefix_requests",
+            "Requests by the resident prefix they went out with (plan.json prefix id).",
+            ("prefix",),
+            registry=r,
+        )
         self.ttft = Histogram(
             "residency_router_time_to_first_token_seconds",
             "Request arrival to the first streamed event (streams) or the whole answer.",

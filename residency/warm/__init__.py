@@ -5,11 +5,12 @@ Takes plan.json from the plan stage; hands a warmed server to serve. May import:
 cross-cutting modules, capacity, planning.
 """
 
-from residency.warm.prefill import WarmOptions, WarmReport, warm
+from residency.warm.prefill import PrefixWarm, WarmOptions, WarmReport, warm
 from residency.warm.verify import WarmTarget, check_server, served_matches, shared_prefix_ids
 from residency.warm.watch import WatchEvent, WatchSettings, watch
 
 __all__ = [
+    "PrefixWarm",
     "WarmOptions",
     "WarmReport",
     "WarmTarget",

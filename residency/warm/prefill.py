@@ -31,8 +31,28 @@ class WarmOptions(BaseModel):
     api_key: str | None = Field(default=None, description="--api-key (Bearer token).")
 
 
+class PrefixWarm(BaseModel):
+    """One resident prefix after every prefix was warmed: vLLM's cached tokens for it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(description="The plan's prefix id.")
+    prefix_hash: str = Field(description="Its hash, recomputed through /tokenize.")
+    prefix_tokens: int = Field(ge=0, description="Tokens of its text (no special tokens).")
+    shared_prefix_tokens: int = Field(ge=1, description="Chat-rendered tokens its requests share.")
+    expected_cached_tokens: int = Field(ge=0, description="floor((shared - 1) / block) * block.")
+    cached_tokens: int = Field(
+        ge=0, description="Cached tokens of a probe sent after every prefix was warmed."
+    )
+    resident: bool = Field(description="That probe hit the expected cached tokens.")
+    sightings: int = Field(ge=0, description="Sends before its warm hit (0: already resident).")
+    cold_ttft_s: float = Field(ge=0, description="TTFT of its first send.")
+    probe_ttft_s: float = Field(ge=0, description="TTFT of the final probe.")
+
+
 class WarmReport(BaseModel):
-    """What `residency warm` did and what vLLM says about it."""
+    """What `residency warm` did and what vLLM says about it (the top-level fields describe the
+    first prefix; `prefixes` every one, and `resident` is true only when all are)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -53,6 +73,9 @@ class WarmReport(BaseModel):
     ttft_method: str = Field(default=TTFT_METHOD, description="How TTFT is measured.")
     sends: tuple[SendResult, ...] = Field(description="Every send, in order.")
     warnings: tuple[str, ...] = Field(default=(), description="Things that did not stop warm.")
+    prefixes: tuple[PrefixWarm, ...] = Field(
+        default=(), description="Every prefix of the plan, probed after all were warmed."
+    )
 
 
 def open_client(options: WarmOptions) -> VllmClient:
@@ -95,9 +118,40 @@ def build_report(
 
 
 def warm(plan: ResidencyPlan, options: WarmOptions) -> WarmReport:
-    """Wait for the server, check it against the plan, prefill and verify the shared prefix."""
+    """Wait for the server, check it against the plan, prefill every prefix, then probe each
+    once more: the proof that all of them are cached at the same time (a later warm could
+    have evicted an earlier prefix)."""
     with open_client(options) as client:
         wait_for_health(client, options.timeout_s)
-        target = check_server(plan, client, options.allow_model_mismatch)
-        sends = admit(client, target, options.max_sightings)
-        return build_report(client, plan, target, sends)
+        warmed: list[tuple[str, ResidencyPlan, WarmTarget, list[SendResult]]] = []
+        for p in plan.all_prefixes():
+            view = plan.for_prefix(p.id)
+            target = check_server(view, client, options.allow_model_mismatch)
+            warmed.append((p.id, view, target, admit(client, target, options.max_sightings)))
+        entries: list[PrefixWarm] = []
+        first: WarmReport | None = None
+        for prefix_id, view, target, sends in warmed:
+            report = build_report(client, view, target, sends)
+            # One prefix: its last warm send is the proof; several: probe each again.
+            if len(warmed) == 1:
+                probe = sends[-1]
+            else:
+                probe = client.prefill(target.served_model, target.prompt_ids)
+            entries.append(
+                PrefixWarm(
+                    id=prefix_id,
+                    prefix_hash=view.prefix.hash,
+                    prefix_tokens=target.prefix_tokens,
+                    shared_prefix_tokens=len(target.prompt_ids),
+                    expected_cached_tokens=target.expected_cached_tokens,
+                    cached_tokens=probe.hit_tokens(),
+                    resident=probe.hit_tokens() >= target.expected_cached_tokens,
+                    sightings=report.sightings,
+                    cold_ttft_s=sends[0].ttft_s,
+                    probe_ttft_s=probe.ttft_s,
+                )
+            )
+            first = first or report
+        assert first is not None
+        resident = first.resident and all(e.resident for e in entries)
+        return first.model_copy(update={"prefixes": tuple(entries), "resident": resident})

@@ -53,6 +53,9 @@ class WatchEvent(BaseModel):
     expected_cached_tokens: int | None = Field(default=None, ge=0, description="Full blocks.")
     sightings: int | None = Field(default=None, ge=0, description="Sends before the hit.")
     ttft_s: float | None = Field(default=None, ge=0, description="Last send's TTFT.")
+    prefix: str | None = Field(
+        default=None, description="The plan's prefix id, when it has several."
+    )
 
 
 class WatchMetrics:
@@ -116,6 +119,7 @@ class Watcher:
         self.problem: str | None = None
         self.sleeping = False
         self.warmed = False
+        self.backoff = Backoff(1.0, settings.max_backoff_s)
 
     def _event(
         self,
@@ -141,26 +145,29 @@ class Watcher:
 
     def run(self, stop: threading.Event) -> None:
         """Probe every interval until `stop` is set; back off while the server is unusable."""
-        backoff = Backoff(1.0, self.settings.max_backoff_s)
         while not stop.is_set():
-            try:
-                delay = self.step()
-                backoff.reset()
-            except _ServerDownError:
-                delay = backoff.next()
-            except (UpstreamMismatchError, ConfigError) as exc:
-                self.target = None
-                self._problem("mismatch", str(exc))
-                delay = backoff.next()
-            except UpstreamError as exc:
-                self.target = None
-                if not self.client.health():
-                    self._mark_down(str(exc))
-                else:
-                    self._problem("error", str(exc))
-                delay = backoff.next()
-            stop.wait(delay)
+            stop.wait(self.tick())
         self._event("stop", "stopped (signal)")
+
+    def tick(self) -> float:
+        """One step with its error handling; the seconds until the next."""
+        try:
+            delay = self.step()
+            self.backoff.reset()
+        except _ServerDownError:
+            delay = self.backoff.next()
+        except (UpstreamMismatchError, ConfigError) as exc:
+            self.target = None
+            self._problem("mismatch", str(exc))
+            delay = self.backoff.next()
+        except UpstreamError as exc:
+            self.target = None
+            if not self.client.health():
+                self._mark_down(str(exc))
+            else:
+                self._problem("error", str(exc))
+            delay = self.backoff.next()
+        return delay
 
     def _problem(self, event: EventName, message: str) -> None:
         if message != self.problem:  # one line per change, not one per retry
@@ -268,8 +275,32 @@ def watch(
             ) from None
     try:
         with open_client(options) as client:
-            Watcher(plan, options, settings, client, emit, metrics).run(stop)
+            prefixes = plan.all_prefixes()
+            if len(prefixes) == 1:
+                Watcher(plan, options, settings, client, emit, metrics).run(stop)
+                return
+            # One watcher per prefix, stepped in turn: a miss re-warms only that prefix.
+            watchers = [
+                Watcher(plan.for_prefix(p.id), options, settings, client, _tag(emit, p.id), metrics)
+                for p in prefixes
+            ]
+            while not stop.is_set():
+                stop.wait(min([w.tick() for w in watchers]))
+            emit(WatchEvent(event="stop", at=dt.datetime.now(dt.UTC), message="stopped (signal)"))
     finally:
         if http_server is not None:
             http_server.shutdown()
             http_server.server_close()
+
+
+def _tag(emit: Callable[[WatchEvent], None], prefix_id: str) -> Callable[[WatchEvent], None]:
+    """`emit` with the prefix id on every event (and at the head of its message)."""
+
+    def tagged(event: WatchEvent) -> None:
+        emit(
+            event.model_copy(
+                update={"prefix": prefix_id, "message": f"[{prefix_id}] {event.message}"}
+            )
+        )
+
+    return tagged

@@ -1,0 +1,211 @@
+"""Plan several resident prefixes: how many (the count that maximises expected coverage under
+the KV headroom, or --prefixes), which sections (the knapsack over all prefixes' room), grouped
+so that what is asked together sits together (`grouping`), each rendered and hashed on its own.
+
+`--prefixes 1` is the single-prefix plan of `build_plan`, unchanged, with its one prefix listed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from planner import InfeasiblePlanError
+from planner.prefixes import (
+    COUNTING_RULE,
+    PrefixBudgets,
+    concurrency_left,
+    max_prefixes,
+    split_budgets,
+)
+from planner.selection import Candidate, select_resident
+from planner.units import round_up
+from residency.errors import ConfigError
+from residency.index import Index
+from residency.planning.build import (
+    PlanItem,
+    PlanOptions,
+    build_plan,
+    check_ids,
+    plan_items,
+    prefix_info,
+    render_items,
+    resident_item,
+    section_scores,
+)
+from residency.planning.grouping import Packing, Pair, pack
+from residency.planning.plan_model import (
+    CapacitySnapshot,
+    Coverage,
+    PlanPrefix,
+    PrefixArithmetic,
+    ResidencyPlan,
+    single_prefix,
+)
+from residency.planning.prefix import render_prefix
+from residency.tokenizer import ModelTokenizer
+
+MAX_PREFIXES = 64  # auto never tries more (each prefix is one more warm and one more probe)
+
+
+def prefix_budgets(capacity: CapacitySnapshot, count: int) -> PrefixBudgets:
+    """The token budgets of `count` prefixes on this capacity."""
+    block = capacity.block_size
+    window = capacity.resident_budget_tokens
+    if capacity.context_limit_tokens is not None:
+        window = capacity.context_limit_tokens
+        if capacity.is_hybrid:
+            window = window // block * block
+    return split_budgets(
+        count,
+        kv_cache_tokens=capacity.kv_cache_tokens,
+        window_tokens=window,
+        headroom_tokens=capacity.concurrency_reserve_tokens or 0,
+        block_size=block,
+    )
+
+
+def _pack(
+    items: Sequence[PlanItem], rooms: Sequence[int], affinity: Mapping[Pair, float], pins: set[str]
+) -> Packing:
+    pinned = [i for i in items if i.section.id in pins]
+    free = [i for i in items if i.section.id not in pins and i.tokens <= max(rooms)]
+    room = sum(rooms) - sum(i.tokens for i in pinned)
+    selection = select_resident([Candidate(i.id, i.tokens, i.value) for i in free], max(room, 0))
+    keep = set(selection.resident_ids)
+    chosen = [i for i in free if i.id in keep]
+    section = {i.id: i.section.id for i in items}
+    return pack(chosen, free, rooms, affinity, section.__getitem__, first=pinned)
+
+
+def build_prefix_plan(
+    index: Index,
+    mass: Mapping[str, float],
+    affinity: Mapping[Pair, float],
+    capacity: CapacitySnapshot,
+    encoder: ModelTokenizer,
+    options: PlanOptions,
+    prefixes: int | None = None,
+) -> ResidencyPlan:
+    """The planner's plan over `prefixes` prefixes (None: the count with the best coverage)."""
+    auto = prefixes is None
+    if prefixes == 1 or options.strategy != "planner":
+        if prefixes not in (None, 1):
+            raise ConfigError(f"--prefixes {prefixes}: only --strategy planner plans several")
+        return _single(build_plan(index, mass, capacity, encoder, options), capacity, auto)
+    check_ids(index, options.pins, "--pin")
+    check_ids(index, options.excludes, "--exclude")
+    align = capacity.block_size if capacity.is_hybrid else None
+    instructions = (
+        options.instructions if options.instructions is not None else index.language.instructions
+    )
+    fixed = encoder.count(render_prefix(instructions, [], index.language))
+    overhead = fixed + ((align - 1) if align else 0)
+    window = prefix_budgets(capacity, 1).window_tokens
+    scores = section_scores(index, mass, options)
+    items = [
+        i
+        for i in plan_items(index, scores, encoder, window - overhead)
+        if i.section.id not in options.excludes
+    ]
+    pins = set(options.pins)
+    if prefixes is None:
+        most = max_prefixes(
+            capacity.kv_cache_tokens, window, capacity.concurrency_reserve_tokens or 0
+        )
+        best = (-1.0, 1)
+        for count in range(1, min(max(most, 1), MAX_PREFIXES) + 1):
+            try:
+                budgets = prefix_budgets(capacity, count)
+            except InfeasiblePlanError:
+                break
+            rooms = [b - overhead for b in budgets.budgets_tokens]
+            if min(rooms) <= 0:
+                break
+            value = _pack(items, rooms, affinity, pins).value
+            if value > best[0] + 1e-9:  # a tie keeps fewer prefixes
+                best = (value, count)
+        prefixes = best[1]
+        if prefixes == 1:
+            return _single(build_plan(index, mass, capacity, encoder, options), capacity, auto)
+    budgets = prefix_budgets(capacity, prefixes)
+    rooms = [b - overhead for b in budgets.budgets_tokens]
+    if min(rooms) <= 0:
+        raise InfeasiblePlanError(
+            f"--prefixes {prefixes}: the last prefix's budget of {budgets.budgets_tokens[-1]} "
+            f"tokens does not hold the instructions ({overhead} tokens); lower --prefixes"
+        )
+    packing = _pack(items, rooms, affinity, pins)
+    by_id = {i.id: i for i in items}
+    rendered = []
+    for bin_ids, budget in zip(packing.bins, budgets.budgets_tokens, strict=True):
+        chosen = [by_id[i] for i in bin_ids]
+        ordered, text = render_items(chosen, pins, instructions, index, encoder, align, budget)
+        rendered.append((ordered, text))
+    # A prefix left empty (everything fit in fewer) holds nothing worth warming: dropped.
+    rendered = [r for r in rendered if r[0]] or rendered[:1]
+    rendered.sort(key=lambda r: -sum(i.value for i in r[0]))
+    total = sum(i.value for ordered, _ in rendered for i in ordered)
+    plan_prefixes = [
+        single_prefix(
+            tuple(resident_item(i, pins) for i in ordered),
+            prefix_info(text, encoder),
+            sum(i.value for i in ordered),
+            f"p{n}",
+        )
+        for n, (ordered, text) in enumerate(rendered)
+    ]
+    resident = tuple(r for p in plan_prefixes for r in p.resident)
+    whole = {r.section_id for r in resident if r.id == r.section_id}
+    first = plan_prefixes[0]
+    plan = ResidencyPlan.model_validate(
+        dict(
+            created_at=dt.datetime.now(dt.UTC),
+            strategy="planner",
+            index_dir=str(index.directory),
+            corpus_hash=index.manifest.corpus_hash,
+            capacity=capacity,
+            log=options.log_summary,
+            selection_method=f"dp+grouping ({prefixes} prefixes)",
+            optimality_gap_bound=0.0,
+            resident=resident,
+            long_tail_section_ids=tuple(s.id for s in index.sections if s.id not in whole),
+            prefix=first.prefix,
+            coverage=Coverage(
+                resident_share=min(total, 1.0),
+                resident_sections=len({r.section_id for r in resident}),
+                total_sections=len(index.sections),
+                budget_used=sum(p.tokens for p in plan_prefixes) / sum(budgets.budgets_tokens),
+            ),
+        )
+    )
+    return _with_prefixes(plan, plan_prefixes, capacity, auto)
+
+
+def _single(plan: ResidencyPlan, capacity: CapacitySnapshot, auto: bool) -> ResidencyPlan:
+    """A single-prefix plan with its one prefix listed."""
+    share = plan.coverage.resident_share
+    return _with_prefixes(plan, [single_prefix(plan.resident, plan.prefix, share)], capacity, auto)
+
+
+def _with_prefixes(
+    plan: ResidencyPlan, prefixes: list[PlanPrefix], capacity: CapacitySnapshot, auto: bool
+) -> ResidencyPlan:
+    block = capacity.block_size
+    resident_kv = sum(round_up(p.tokens, block) for p in prefixes)
+    headroom = capacity.kv_cache_tokens - resident_kv
+    per_request = capacity.per_request_tokens or 0
+    arithmetic = PrefixArithmetic(
+        kv_cache_tokens=capacity.kv_cache_tokens,
+        window_tokens=prefix_budgets(capacity, 1).window_tokens,
+        resident_kv_tokens=resident_kv,
+        headroom_tokens=headroom,
+        per_request_kv_tokens=max(round_up(per_request, block), block),
+        concurrency_requested=capacity.concurrent_requests or 1,
+        concurrency_left=concurrency_left(
+            capacity.kv_cache_tokens, resident_kv, per_request, block
+        ),
+        prefixes_chosen_by="auto" if auto else "forced",
+        counting_rule=COUNTING_RULE,
+    )
+    return plan.model_copy(update={"prefixes": tuple(prefixes), "arithmetic": arithmetic})
