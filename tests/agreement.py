@@ -33,6 +33,17 @@ def plan_json(*args: str) -> dict[str, Any]:
     return report
 
 
+def plan_offline(model_dir: Path, max_model_len: int, kv_gib: int, *flags: str) -> dict[str, Any]:
+    """The planner's prediction from config.json, the KV bytes and vLLM flags (no server)."""
+    return plan_json(
+        "--model", str(model_dir),
+        "--kv-cache-memory-bytes", str(kv_gib << 30),
+        "--max-model-len", str(max_model_len),
+        "--platform", "cpu",
+        *flags,
+    )  # fmt: skip
+
+
 def assert_planner_agrees(
     server: VllmServer,
     model_dir: Path,
@@ -60,13 +71,6 @@ def assert_planner_agrees(
     assert report["kv_cache_memory_bytes"] == kv_gib << 30
 
     # Planned before any server exists: config.json and the same vLLM flags only.
-    offline = plan_json(
-        "--model", str(model_dir),
-        "--kv-cache-memory-bytes", str(kv_gib << 30),
-        "--max-model-len", str(max_model_len),
-        "--platform", "cpu",
-        *server_args,
-        *parallel_args,
-    )  # fmt: skip
+    offline = plan_offline(model_dir, max_model_len, kv_gib, *server_args, *parallel_args)
     assert (offline["block_size"], offline["num_blocks"], offline["kv_cache_tokens"]) == served
     return report, offline

@@ -93,6 +93,12 @@ def tiny_tokenizer_dir() -> Path:
     return ensure_tokenizer(DATA_ROOT, CACHE_DIR)
 
 
+@pytest.fixture(scope="session")
+def tokenizer_dir(tiny_tokenizer_dir: Path) -> Path:
+    """The tiny tokenizer, under the name the planning and coverage tests use."""
+    return tiny_tokenizer_dir
+
+
 def _build(spec: TinyModelSpec, name: str, tokenizer_dir: Path) -> Path:
     """Build (or reuse) the model for spec under the cache dir."""
     return build_tiny_model(spec, CACHE_DIR / name, tokenizer_dir)

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 import pytest
-from agreement import BLOCK_LOG, PADDING_LOG, assert_planner_agrees, plan_json
+from agreement import BLOCK_LOG, PADDING_LOG, assert_planner_agrees, plan_offline
 from conftest import CACHE_DIR
 from vllm_server import VllmServerFactory
 
@@ -201,12 +201,7 @@ def test_planner_matches_vllm_cpu_server_in_parallel(
         server, model_dir, max_model_len, kv_gib, parallel_args=parallel_args
     )
     # The same flags without the parallel sizes predict a different pool: the test can fail.
-    single = plan_json(
-        "--model", str(model_dir),
-        "--kv-cache-memory-bytes", str(kv_gib << 30),
-        "--max-model-len", str(max_model_len),
-        "--platform", "cpu",
-    )  # fmt: skip
+    single = plan_offline(model_dir, max_model_len, kv_gib)
     if name == "dense-mqa-tp2":
         assert single["num_blocks"] == offline["num_blocks"]  # replicated: one head per rank
     else:

@@ -50,14 +50,6 @@ RESIDENT = frozenset({"alarm::c1", "wind::c1", "log::c1"})
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir() -> Path:
-    from residency.models.tokenizer import ensure_tokenizer
-    from residency.planning.run import CACHE_DIR, DATA_ROOT
-
-    return ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models")
-
-
-@pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Path:
     root = tmp_path_factory.mktemp("coverage")
     (root / "docs").mkdir()

@@ -100,14 +100,6 @@ def test_co_asked_pairs_follow_the_rank_weights() -> None:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir() -> Path:
-    from residency.models.tokenizer import ensure_tokenizer
-    from residency.planning.run import CACHE_DIR, DATA_ROOT
-
-    return ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models")
-
-
-@pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Index:
     root = tmp_path_factory.mktemp("prefixes")
     docs = root / "docs"
