@@ -92,6 +92,25 @@ def test_pack_keeps_co_asked_sections_together() -> None:
     assert packing.value == pytest.approx(1.0)
 
 
+def test_pack_keeps_a_documents_sections_together_before_affinity() -> None:
+    # Two documents (x: a, c; y: b, d); affinity alone would pair a+b and c+d across them.
+    items = [Item(x, 40, v) for x, v in (("a", 0.3), ("b", 0.3), ("c", 0.2), ("d", 0.2))]
+    affinity = {("a", "b"): 5.0, ("c", "d"): 5.0}
+    document = {"a": "x", "c": "x", "b": "y", "d": "y"}
+    across = pack(items, items, [80, 80], affinity, lambda i: i)
+    assert sorted(sorted(b) for b in across.bins) == [["a", "b"], ["c", "d"]]
+    kept = pack(items, items, [80, 80], affinity, lambda i: i, (), document.__getitem__)
+    assert sorted(sorted(b) for b in kept.bins) == [["a", "c"], ["b", "d"]]
+
+
+def test_pack_splits_a_document_that_does_not_fit_one_prefix() -> None:
+    # One document of three 40-token sections; rooms of 80: two stay together, one moves.
+    items = [Item(x, 40, 0.3) for x in ("a", "b", "c")]
+    packing = pack(items, items, [80, 80], {}, lambda i: i, (), lambda i: "doc")
+    assert sorted(len(b) for b in packing.bins) == [1, 2]
+    assert {i for b in packing.bins for i in b} == {"a", "b", "c"}
+
+
 def test_co_asked_pairs_follow_the_rank_weights() -> None:
     pairs = co_asked(
         [LogEntry(query="q", count=2)], lambda q, k: ["x", "y", "z"][:k], depth=2

@@ -226,7 +226,13 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
         seeds = compact_table(
             f"Across {n} traffic seeds (mean ± sd)",
             ("strategy",),
-            ("coverage", "coverage\nall", "in\nprefix", "added\ntokens"),
+            (
+                "coverage",
+                "coverage\nall",
+                "in\nprefix",
+                "added\ntokens",
+                "rag-top5\nmisses\nrescued",
+            ),
         )
         for row in report.across_seeds:
             seeds.add_row(
@@ -235,6 +241,11 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
                 f"{100 * row.coverage_all.mean:.2f} ± {100 * row.coverage_all.sd:.2f}%",
                 f"{100 * row.resident_share.mean:.1f} ± {100 * row.resident_share.sd:.1f}%",
                 f"{row.mean_added_tokens.mean:.0f} ± {row.mean_added_tokens.sd:.0f}",
+                (
+                    f"{100 * r.mean:.0f} ± {100 * r.sd:.0f}%"
+                    if (r := row.rag_misses_rescued) is not None
+                    else "-"
+                ),
             )
         console.print(seeds)
     types = sorted({t for r in report.results for t in r.by_type})

@@ -113,6 +113,9 @@ class RowAcrossSeeds(BaseModel):
     coverage_all: SeedStat = Field(description="Coverage (every gold section visible).")
     resident_share: SeedStat = Field(description="Gold in the prefix.")
     mean_added_tokens: SeedStat = Field(description="Prompt tokens beyond the cached prefix.")
+    rag_misses_rescued: SeedStat | None = Field(
+        default=None, description="Share of rag-top5's misses this row covers (None: no misses)."
+    )
 
 
 class CoverageReport(BaseModel):

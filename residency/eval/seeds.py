@@ -68,7 +68,9 @@ def across_seeds(reports: Sequence[CoverageReport]) -> tuple[RowAcrossSeeds, ...
     names = [r.name for r in reports[0].results]
     out = []
     for name in names:
-        rows = [next(r for r in rep.results if r.name == name).overall for rep in reports]
+        picked = [next(r for r in rep.results if r.name == name) for rep in reports]
+        rows = [r.overall for r in picked]
+        rescued = [r.rag_misses_rescued for r in picked if r.rag_misses_rescued is not None]
         out.append(
             RowAcrossSeeds(
                 name=name,
@@ -77,6 +79,7 @@ def across_seeds(reports: Sequence[CoverageReport]) -> tuple[RowAcrossSeeds, ...
                 coverage_all=_stat([m.coverage_all for m in rows]),
                 resident_share=_stat([m.resident_share for m in rows]),
                 mean_added_tokens=_stat([m.mean_added_tokens for m in rows]),
+                rag_misses_rescued=_stat(rescued) if rescued else None,
             )
         )
     return tuple(out)

@@ -7,9 +7,17 @@ Affinity between two sections (symmetric, in query units):
 - closeness: each section's first chunk, searched with BM25, puts `CLOSENESS_WEIGHT` on the pair
   (section, each other section among its top hits), as if a quarter of a query had asked both.
 
-Packing: sections (items) are merged into clusters along the strongest affinities while a
-cluster fits one prefix, then clusters go best-fit-decreasing into the prefixes; a cluster that
-fits nowhere is broken into its items; leftover room takes unchosen items by density.
+Packing: the parts of one section are merged first, then the chosen sections of one document
+(file order, each to the next), then sections along the strongest affinities — each merge only
+while the cluster fits one prefix. Documents first because the router picks a prefix by its
+best-ranked resident chunk, and a question's top hits usually come from the right document even
+when they miss the right section: split across prefixes, a document's sections sit in another
+prefix than the one its question is sent to. Measured on JSQuAD valid (BM25, Zipf 1.1, a modelled
+RTX 4070 host, `residency eval coverage --squad ... --kv-cache-tokens 132021 --max-model-len 32768
+--concurrency 4`), seeds 7/8/9: served coverage 0.9905/0.9775/0.9925 without the document step,
+0.9925/0.9915/0.9955 with it (one prefix: 0.9915/0.9920/0.9940). Then clusters go
+best-fit-decreasing into the prefixes; a cluster that fits nowhere is broken into its items;
+leftover room takes unchosen items by density.
 """
 
 from __future__ import annotations
@@ -107,9 +115,11 @@ def pack(
     affinity: Mapping[Pair, float],
     section_of: Callable[[str], str],
     first: Sequence[T] = (),
+    document_of: Callable[[str], str] | None = None,
 ) -> Packing:
     """Group `chosen` into prefixes of `rooms` tokens along `affinity`; fill leftover room from
-    `spare` (best density first). `first` (pinned items) goes into the first prefix."""
+    `spare` (best density first). `first` (pinned items) goes into the first prefix.
+    `document_of` (item id -> its document) keeps a document's chosen sections together first."""
     free = list(rooms)
     bins: list[list[T]] = [[] for _ in rooms]
     for item in first:
@@ -129,14 +139,21 @@ def pack(
     by_section: dict[str, list[str]] = {}
     for item in chosen:
         by_section.setdefault(section_of(item.id), []).append(item.id)
-    edges: list[tuple[float, str, str]] = []
-    for ids in by_section.values():  # parts of one section belong together first
-        edges += [(float("inf"), a, b) for a, b in itertools.pairwise(ids)]
+    # (tier, weight, a, b): tier 0 parts of one section, tier 1 one document, tier 2 affinity.
+    edges: list[tuple[int, float, str, str]] = []
+    for ids in by_section.values():
+        edges += [(0, 0.0, a, b) for a, b in itertools.pairwise(ids)]
+    if document_of is not None:
+        by_document: dict[str, list[str]] = {}
+        for ids in by_section.values():
+            by_document.setdefault(document_of(ids[0]), []).append(ids[0])
+        for ids in by_document.values():
+            edges += [(1, 0.0, a, b) for a, b in itertools.pairwise(ids)]
     for (sa, sb), w in affinity.items():
         if sa in by_section and sb in by_section:
-            edges.append((w, by_section[sa][0], by_section[sb][0]))
-    edges.sort(key=lambda e: -e[0])
-    for _, a, b in edges:
+            edges.append((2, -w, by_section[sa][0], by_section[sb][0]))
+    edges.sort(key=lambda e: (e[0], e[1]))
+    for _, _, a, b in edges:
         ra, rb = root(a), root(b)
         if ra != rb and size[ra] + size[rb] <= limit:
             parent[rb] = ra

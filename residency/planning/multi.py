@@ -75,7 +75,8 @@ def _pack(
     keep = set(selection.resident_ids)
     chosen = [i for i in free if i.id in keep]
     section = {i.id: i.section.id for i in items}
-    return pack(chosen, free, rooms, affinity, section.__getitem__, first=pinned)
+    document = {i.id: i.section.file for i in items}
+    return pack(chosen, free, rooms, affinity, section.__getitem__, pinned, document.__getitem__)
 
 
 def build_prefix_plan(
