@@ -242,8 +242,8 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
                 f"{100 * row.resident_share.mean:.1f} ± {100 * row.resident_share.sd:.1f}%",
                 f"{row.mean_added_tokens.mean:.0f} ± {row.mean_added_tokens.sd:.0f}",
                 (
-                    f"{100 * r.mean:.0f} ± {100 * r.sd:.0f}%"
-                    if (r := row.rag_misses_rescued) is not None
+                    f"{100 * rs.mean:.0f} ± {100 * rs.sd:.0f}%"
+                    if (rs := row.rag_misses_rescued) is not None
                     else "-"
                 ),
             )
