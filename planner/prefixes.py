@@ -21,23 +21,26 @@ so a block id is used by one group at a time; block 0 is the null block, block_p
 `BlockPool.__init__`). A prefix warmed from an empty cache holds, per group (vLLM 0.32):
 - attention group: ceil(L / block) blocks (single_type_kv_cache_manager.py
   `SingleTypeKVCacheManager.cache_blocks`: every full block is hashed and kept);
-- GDN (Mamba) group: one state block per prefill chunk end up to L, the last at L itself: the
-  scheduler ends chunks on block boundaries and at the last boundary before the prompt end
-  (sched/scheduler.py `_mamba_block_aligned_split`); `MambaManager.allocate_new_blocks` fills
-  the positions in between with the null block, `MambaManager.cache_blocks` hashes the state
-  at each chunk end, and `MambaManager.remove_skipped_blocks` frees it to the evictable queue
-  (still cached) once the next chunk's state exists. With L <= --max-num-batched-tokens that is
-  one state block. A hit needs only the one at L (`MambaManager.find_longest_cache_hit`), but
-  the others sit in LRU order with the prefix and are evicted with it, so they are counted.
+- GDN (Mamba) group: one state block, the state at the last block boundary before the prompt
+  end (L for a block-aligned prefix followed by its question). The scheduler ends prefill
+  chunks on block boundaries and there (sched/scheduler.py `_mamba_block_aligned_split`),
+  `MambaManager.allocate_new_blocks` fills the positions in between with the null block, and
+  with --prefix-cache-retention-interval 0 (vLLM's default) `MambaManager.reachable_block_mask`
+  lets `cache_blocks` hash only the replay boundary (kv_cache_coordinator.py
+  `replay_boundaries`: num_prompt_tokens - 1, block-aligned down); the states at earlier chunk
+  ends are freed unhashed (`remove_skipped_blocks`). A hit needs just that one state
+  (`MambaManager.find_longest_cache_hit`). With another retention interval, earlier chunk
+  ends can keep states too: counted then as one per prefill chunk (an upper bound).
 A running request needs ceil(r / block) attention blocks and one running state block per GDN
 group (`MambaManager.get_num_blocks_to_allocate`, align branch). Freed blocks without a hash are
 reused before any cached one (block_pool.py `free_blocks`), so prefixes fit together exactly
 while sum_i blocks(L_i) + concurrency x request blocks <= num_gpu_blocks - 1.
 
-Measured (scripts/measure_hybrid_prefixes.py, tiny hybrid model: 1 attention + 3 GDN groups,
-block 256, --num-gpu-blocks-override 64, 522-token prompts = a 512-token prefix + 10): each
-prefix holds 2 + 3 x 1 = 5 blocks, a request 1 + 3 = 4, so (63 - 4) // 5 = 11 prefixes fit,
-and 11 is what vLLM keeps; the token rule allowed 5.
+Measured (tests/test_prefixes_hybrid_vllm.py, scripts/measure_hybrid_prefixes.py; tiny hybrid
+model: 1 attention + 3 GDN groups, block 256, --num-gpu-blocks-override 64, KV 9,362 tokens):
+512-token prefixes + 10: 2 + 3 = 5 blocks each, a request 1 + 3 = 4, (63 - 4) // 5 = 11 fit
+and vLLM keeps 11 (the token rule: (9,362 - 256) // 512 = 17); 1,024-token prefixes prefilled
+in 512-token chunks: 4 + 3 = 7 blocks, 8 fit, vLLM keeps 8 (token rule: 8).
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ from planner.units import cdiv, round_up
 COUNTING_RULE = "each prefix counted as whole blocks in every KV-cache group (dense: exact)"
 POOL_COUNTING_RULE = (
     "hybrid align mode, one shared block pool: a prefix holds ceil(L / block) blocks per "
-    "attention group and one state block per prefill chunk (one up to --max-num-batched-tokens) "
-    "per Gated DeltaNet group; a request ceil(r / block) + 1 per GDN group"
+    "attention group and one state block per Gated DeltaNet group (--prefix-cache-retention-"
+    "interval 0; otherwise one per prefill chunk); a request ceil(r / block) + 1 per GDN group"
 )
 
 
@@ -64,6 +67,7 @@ class HybridPool:
     attention_groups: int
     state_groups: int  # Gated DeltaNet (Mamba) groups
     prefill_chunk_tokens: int  # --max-num-batched-tokens
+    retention_interval: int | None = 0  # --prefix-cache-retention-interval (None: dense)
 
     @property
     def usable_blocks(self) -> int:
@@ -71,8 +75,11 @@ class HybridPool:
         return max(self.num_blocks - 1, 0)
 
     def state_blocks(self, tokens: int) -> int:
-        """State blocks one GDN group keeps for a prefix of `tokens`: one per chunk end."""
+        """State blocks one GDN group keeps for a prefix of `tokens`: the one at its end (retention
+        0), else at most one per prefill chunk end."""
         aligned = tokens // self.block_size * self.block_size
+        if self.retention_interval == 0:
+            return int(aligned > 0)
         chunk = max(self.prefill_chunk_tokens // self.block_size, 1) * self.block_size
         return cdiv(aligned, chunk)
 

@@ -30,14 +30,19 @@ def test_a_prefix_holds_its_attention_blocks_and_one_state_per_gdn_group() -> No
     assert pool_prefixes(TINY, 512, pool_headroom_blocks(TINY, 1, 10)) == 11
 
 
-def test_every_prefill_chunk_end_keeps_a_state() -> None:
+def test_only_the_last_state_is_kept_unless_retention_is_set() -> None:
+    # Default retention (0): the 512-token chunk end's state is freed unhashed; one state left.
     chunked = HybridPool(64, 256, 1, 3, prefill_chunk_tokens=512)
-    assert chunked.state_blocks(1024) == 2  # chunks end at 512 and 1,024
-    assert chunked.prefix_blocks(1024) == 4 + 3 * 2
-    assert pool_prefixes(chunked, 1024, 4) == 5  # (63 - 4) // 10
+    assert chunked.prefix_blocks(1024) == 4 + 3 * 1
+    assert pool_prefixes(chunked, 1024, 4) == 8  # (63 - 4) // 7, measured on vLLM CPU
+    # Another retention interval: at most one state per chunk end (512 and 1,024).
+    dense = HybridPool(64, 256, 1, 3, prefill_chunk_tokens=512, retention_interval=None)
+    assert dense.state_blocks(1024) == 2
+    assert pool_prefixes(dense, 1024, 4) == 5  # (63 - 4) // 10
     # A chunk smaller than a block still ends on every block boundary.
-    assert HybridPool(64, 256, 1, 3, prefill_chunk_tokens=100).state_blocks(1024) == 4
+    assert HybridPool(64, 256, 1, 3, 100, retention_interval=512).state_blocks(1024) == 4
     assert TINY.state_blocks(1024) == 1
+    assert TINY.state_blocks(100) == 0
 
 
 def test_pool_budgets_fill_windows_then_a_short_last_one() -> None:

@@ -26,6 +26,9 @@ class BlockPool(BaseModel):
     attention_groups: int = Field(ge=1, description="Full-attention KV-cache groups.")
     state_groups: int = Field(ge=1, description="Gated DeltaNet (Mamba state) groups.")
     prefill_chunk_tokens: int = Field(ge=1, description="--max-num-batched-tokens.")
+    retention_interval: int | None = Field(
+        default=0, ge=0, description="--prefix-cache-retention-interval (None: dense)."
+    )
 
 
 class CapacitySnapshot(BaseModel):

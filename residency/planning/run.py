@@ -90,7 +90,17 @@ def _block_pool(report: CapacityReport) -> BlockPool | None:
         attention_groups=kinds.count("full_attention"),
         state_groups=kinds.count("linear_attention"),
         prefill_chunk_tokens=report.inputs.settings.max_num_batched_tokens,
+        retention_interval=_retention_interval(report),
     )
+
+
+def _retention_interval(report: CapacityReport) -> int | None:
+    """The server's --prefix-cache-retention-interval label; vLLM's default 0 otherwise."""
+    labels = report.server.cache_config_info if report.server is not None else {}
+    label = labels.get("prefix_cache_retention_interval", "0")
+    if label == "None":
+        return None
+    return int(label) if label.isdigit() else 0
 
 
 def sample_index_options(sample: SampleCorpus, dense: bool = True) -> IndexOptions:
