@@ -151,7 +151,15 @@ def test_four_hybrid_prefixes_warm_and_every_request_finds_its_prefix_cached(
     assert [p.id for p in plan.prefixes] == ["p0", "p1", "p2", "p3"]
     assert plan.capacity.is_hybrid
     assert plan.capacity.block_pool is not None
+    assert plan.capacity.block_pool.retention_interval == 0  # the server's label
+    arithmetic = plan.arithmetic
+    assert arithmetic is not None
+    assert arithmetic.resident_blocks is not None
+    assert arithmetic.pool_blocks == plan.capacity.block_pool.num_blocks - 1
+    assert arithmetic.concurrency_left >= 1
     block = plan.capacity.block_size
+    # Each prefix: its attention blocks plus one state block in each of the 3 GDN groups.
+    assert arithmetic.resident_blocks == sum(-(-p.tokens // block) + 3 for p in plan.prefixes)
     assert all(p.prefix.aligned_to == block for p in plan.prefixes)
 
     done = _cli("warm", "--plan", str(plan_path), "--server", server.base_url, "--json")
