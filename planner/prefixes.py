@@ -6,10 +6,12 @@ the KV cache minus the headroom that concurrent requests' own tokens need.
     prefix i      : tokens_i <= window
     all prefixes  : sum_i round_up(tokens_i, block) <= kv_cache_tokens - headroom
 
-Worked example (the RTX 4070 host of the README, Qwen3.5-4B FP8): kv_cache_tokens 132,021,
-block 528, window 32,768 - 3,392 = 29,376 -> aligned 29,040; headroom 1 x 3,696 = 3,696 leaves
-128,325; four 29,040-token prefixes take 116,160, a fifth gets the 12,144 tokens left
-(23 blocks: 12,165 // 528 = 23).
+Worked example of the token rule (the KV tokens of the README's RTX 4070 host): kv_cache_tokens
+132,021, block 528, window 32,768 - 3,392 = 29,376 -> aligned 29,040; headroom 1 x 3,696 = 3,696
+leaves 128,325; four 29,040-token prefixes take 116,160, a fifth gets the 12,144 tokens left
+(23 blocks: 12,165 // 528 = 23). That host's model (Qwen3.5-4B) is hybrid, so the planner
+counts it in blocks instead (below): 278 blocks, 277 usable; a request 7 + 3 = 10; a window
+55 + 3 = 58; four take 232, a fifth gets 35 blocks = 32 x 528 = 16,896 tokens.
 
 Dense models: a cached prefix of L tokens holds ceil(L / block) blocks in every group, and
 `kv_cache_tokens` already spreads the pool over the groups, so the token rule above is exact.
