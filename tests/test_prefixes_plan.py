@@ -254,3 +254,29 @@ def test_coverage_of_several_prefixes_counts_only_the_routed_one(
     assert by_name["union"].coverage == pytest.approx(1.0)  # as if every prefix were in it
     # As served, the last question goes out with a's prefix and cannot see b's section.
     assert by_name["residency"].coverage == pytest.approx(len(names) / (len(names) + 1))
+
+
+def test_hybrid_plans_count_prefixes_in_the_shared_block_pool(
+    index: Index, tokenizer_dir: Path
+) -> None:
+    from planner.prefixes import POOL_COUNTING_RULE
+    from residency.planning.plan_model import BlockPool
+
+    # Block 16, 1 attention + 3 GDN groups, 58 blocks (57 usable): a 304-token window holds
+    # 19 + 3 = 22 blocks, a request of 100 tokens 7 + 3 = 10; two windows leave 3 blocks, less
+    # than one block of attention plus 3 states: exactly two prefixes fit.
+    pool = BlockPool(num_blocks=58, attention_groups=1, state_groups=3, prefill_chunk_tokens=2048)
+    base = capacity(10_000, 304)
+    cap = base.model_copy(update={"is_hybrid": True, "block_pool": pool})
+    enc = LocalTokenizer(tokenizer_dir)
+    plan = build_prefix_plan(index, _mass(index), {}, cap, enc, PlanOptions(), prefixes=2)
+    a = plan.arithmetic
+    assert a is not None
+    assert (a.pool_blocks, a.per_request_blocks) == (57, 10)
+    assert a.resident_blocks == sum(-(-p.tokens // 16) + 3 for p in plan.prefixes)
+    assert a.counting_rule == POOL_COUNTING_RULE
+    with pytest.raises(InfeasiblePlanError, match=r"57 KV-cache blocks \(hybrid pool\)"):
+        build_prefix_plan(index, _mass(index), {}, cap, enc, PlanOptions(), prefixes=3)
+    # The token rule on the same KV tokens would have allowed far more.
+    dense = build_prefix_plan(index, _mass(index), {}, base, enc, PlanOptions(), prefixes=3)
+    assert len(dense.prefixes) == 3

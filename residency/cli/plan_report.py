@@ -37,6 +37,12 @@ def describe_arithmetic(plan: ResidencyPlan) -> str:
         f"{a.concurrency_left} concurrent request(s) of {a.per_request_kv_tokens:,} tokens "
         f"(--concurrency {a.concurrency_requested}); prefix count {a.prefixes_chosen_by}, "
         f"window {a.window_tokens:,}"
+        + (
+            f"; hybrid block pool {a.pool_blocks:,}: prefixes hold {a.resident_blocks:,} "
+            f"blocks, a request {a.per_request_blocks:,}"
+            if a.pool_blocks is not None
+            else ""
+        )
     )
 
 

@@ -13,10 +13,15 @@ from collections.abc import Mapping, Sequence
 from planner import InfeasiblePlanError
 from planner.prefixes import (
     COUNTING_RULE,
+    POOL_COUNTING_RULE,
+    HybridPool,
     PrefixBudgets,
     concurrency_left,
+    max_pool_prefixes,
     max_prefixes,
+    pool_headroom_blocks,
     split_budgets,
+    split_pool_budgets,
 )
 from planner.selection import Candidate, select_resident
 from planner.units import round_up
@@ -48,14 +53,51 @@ from residency.tokenizer import ModelTokenizer
 MAX_PREFIXES = 64  # auto never tries more (each prefix is one more warm and one more probe)
 
 
-def prefix_budgets(capacity: CapacitySnapshot, count: int) -> PrefixBudgets:
-    """The token budgets of `count` prefixes on this capacity."""
-    block = capacity.block_size
+def hybrid_pool(capacity: CapacitySnapshot) -> tuple[HybridPool, int] | None:
+    """(the shared block pool, the blocks --concurrency requests need) for a hybrid model in
+    align mode; None where the token rule applies."""
+    bp = capacity.block_pool
+    if bp is None or not capacity.is_hybrid:
+        return None
+    pool = HybridPool(
+        bp.num_blocks, capacity.block_size, bp.attention_groups, bp.state_groups,
+        bp.prefill_chunk_tokens, bp.retention_interval,
+    )  # fmt: skip
+    concurrency = capacity.concurrent_requests or 1
+    return pool, pool_headroom_blocks(pool, concurrency, capacity.per_request_tokens or 0)
+
+
+def _window(capacity: CapacitySnapshot) -> int:
     window = capacity.resident_budget_tokens
     if capacity.context_limit_tokens is not None:
         window = capacity.context_limit_tokens
         if capacity.is_hybrid:
-            window = window // block * block
+            window = window // capacity.block_size * capacity.block_size
+    return window
+
+
+def max_prefix_count(capacity: CapacitySnapshot) -> int:
+    """How many prefixes of at most one window fit (the last may be short)."""
+    window = _window(capacity)
+    pooled = hybrid_pool(capacity)
+    if pooled is not None:
+        return max_pool_prefixes(pooled[0], window, pooled[1])
+    return max_prefixes(capacity.kv_cache_tokens, window, capacity.concurrency_reserve_tokens or 0)
+
+
+def prefix_budgets(capacity: CapacitySnapshot, count: int) -> PrefixBudgets:
+    """The token budgets of `count` prefixes on this capacity."""
+    block = capacity.block_size
+    window = _window(capacity)
+    pooled = hybrid_pool(capacity)
+    if pooled is not None:
+        return split_pool_budgets(
+            count,
+            pooled[0],
+            kv_cache_tokens=capacity.kv_cache_tokens,
+            window_tokens=window,
+            headroom_blocks=pooled[1],
+        )
     return split_budgets(
         count,
         kv_cache_tokens=capacity.kv_cache_tokens,
@@ -111,9 +153,7 @@ def build_prefix_plan(
     ]
     pins = set(options.pins)
     if prefixes is None:
-        most = max_prefixes(
-            capacity.kv_cache_tokens, window, capacity.concurrency_reserve_tokens or 0
-        )
+        most = max_prefix_count(capacity)
         best = (-1.0, 1)
         for count in range(1, min(max(most, 1), MAX_PREFIXES) + 1):
             try:
@@ -196,6 +236,17 @@ def _with_prefixes(
     resident_kv = sum(round_up(p.tokens, block) for p in prefixes)
     headroom = capacity.kv_cache_tokens - resident_kv
     per_request = capacity.per_request_tokens or 0
+    left = concurrency_left(capacity.kv_cache_tokens, resident_kv, per_request, block)
+    pool_fields: dict[str, int] = {}
+    pooled = hybrid_pool(capacity)
+    if pooled is not None:
+        pool = pooled[0]
+        resident_blocks = sum(pool.prefix_blocks(p.tokens) for p in prefixes)
+        one = pool.request_blocks(per_request)
+        left = max(pool.usable_blocks - resident_blocks, 0) // one
+        pool_fields = dict(
+            pool_blocks=pool.usable_blocks, resident_blocks=resident_blocks, per_request_blocks=one
+        )
     arithmetic = PrefixArithmetic(
         kv_cache_tokens=capacity.kv_cache_tokens,
         window_tokens=prefix_budgets(capacity, 1).window_tokens,
@@ -203,10 +254,9 @@ def _with_prefixes(
         headroom_tokens=headroom,
         per_request_kv_tokens=max(round_up(per_request, block), block),
         concurrency_requested=capacity.concurrent_requests or 1,
-        concurrency_left=concurrency_left(
-            capacity.kv_cache_tokens, resident_kv, per_request, block
-        ),
+        concurrency_left=left,
         prefixes_chosen_by="auto" if auto else "forced",
-        counting_rule=COUNTING_RULE,
+        counting_rule=POOL_COUNTING_RULE if pooled is not None else COUNTING_RULE,
+        **pool_fields,
     )
     return plan.model_copy(update={"prefixes": tuple(prefixes), "arithmetic": arithmetic})

@@ -16,6 +16,21 @@ Strategy = Literal["planner", "frequency", "density", "random", "cag", "rag"]
 PLAN_FORMAT_VERSION = 1
 
 
+class BlockPool(BaseModel):
+    """Hybrid models in align mode: the one block pool every KV-cache group draws from (the
+    prefix count is then counted in blocks, planner/prefixes.py `HybridPool`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_blocks: int = Field(ge=1, description="vLLM num_gpu_blocks (the null block included).")
+    attention_groups: int = Field(ge=1, description="Full-attention KV-cache groups.")
+    state_groups: int = Field(ge=1, description="Gated DeltaNet (Mamba state) groups.")
+    prefill_chunk_tokens: int = Field(ge=1, description="--max-num-batched-tokens.")
+    retention_interval: int | None = Field(
+        default=0, ge=0, description="--prefix-cache-retention-interval (None: dense)."
+    )
+
+
 class CapacitySnapshot(BaseModel):
     """The capacity numbers the budget came from."""
 
@@ -39,6 +54,9 @@ class CapacitySnapshot(BaseModel):
     concurrent_requests: int | None = Field(default=None, ge=1, description="--concurrency.")
     per_request_tokens: int | None = Field(
         default=None, ge=0, description="Tokens one request adds after its prefix."
+    )
+    block_pool: BlockPool | None = Field(
+        default=None, description="Hybrid models in align mode: the shared block pool."
     )
 
 
@@ -155,6 +173,15 @@ class PrefixArithmetic(BaseModel):
     concurrency_left: int = Field(ge=0, description="Requests the headroom holds at once.")
     prefixes_chosen_by: Literal["auto", "forced"] = Field(description="--prefixes or the planner.")
     counting_rule: str = Field(description="How a cached prefix is counted in the KV cache.")
+    pool_blocks: int | None = Field(
+        default=None, ge=0, description="Hybrid pool: usable blocks (num_gpu_blocks - 1)."
+    )
+    resident_blocks: int | None = Field(
+        default=None, ge=0, description="Hybrid pool: blocks the cached prefixes hold."
+    )
+    per_request_blocks: int | None = Field(
+        default=None, ge=1, description="Hybrid pool: blocks one running request needs."
+    )
 
 
 class ResidencyPlan(BaseModel):

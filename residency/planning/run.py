@@ -23,6 +23,7 @@ from residency.planning.build import PlanOptions
 from residency.planning.grouping import Pair, closeness, co_asked, merge_affinity
 from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import (
+    BlockPool,
     CapacitySnapshot,
     LogFileSummary,
     LogSummary,
@@ -74,7 +75,32 @@ def snapshot(report: CapacityReport) -> CapacitySnapshot:
         concurrency_reserve_tokens=report.plan.budget.concurrency_reserve_tokens,
         concurrent_requests=inputs.reserves.concurrent_requests,
         per_request_tokens=inputs.reserves.per_request_tokens,
+        block_pool=_block_pool(report),
     )
+
+
+def _block_pool(report: CapacityReport) -> BlockPool | None:
+    """The shared pool of a hybrid model in align mode (None: the token rule is exact)."""
+    layout = report.plan.layout
+    kinds = [g.kind for g in layout.groups]
+    if layout.mamba_cache_mode != "align" or "sliding_attention" in kinds:
+        return None
+    return BlockPool(
+        num_blocks=report.num_blocks,
+        attention_groups=kinds.count("full_attention"),
+        state_groups=kinds.count("linear_attention"),
+        prefill_chunk_tokens=report.inputs.settings.max_num_batched_tokens,
+        retention_interval=_retention_interval(report),
+    )
+
+
+def _retention_interval(report: CapacityReport) -> int | None:
+    """The server's --prefix-cache-retention-interval label; vLLM's default 0 otherwise."""
+    labels = report.server.cache_config_info if report.server is not None else {}
+    label = labels.get("prefix_cache_retention_interval", "0")
+    if label == "None":
+        return None
+    return int(label) if label.isdigit() else 0
 
 
 def sample_index_options(sample: SampleCorpus, dense: bool = True) -> IndexOptions:
