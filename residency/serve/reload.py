@@ -137,9 +137,9 @@ def check_window(plan: ResidencyPlan, client: VllmClient) -> None:
     """Every prefix plus one request's own tokens within the server's max_model_len."""
     served_all = client.models()
     served = next((s for s in served_all if served_matches(plan.capacity.model, s)), None)
-    window = (served or served_all[0]).max_model_len
+    window = (served or served_all[0]).max_model_len if served_all else None
     if window is None:
-        return
+        return  # nothing to compare with: warm's checks still run
     reserve = plan.capacity.per_request_tokens or 0
     for p in plan.all_prefixes():
         if p.tokens + reserve > window:
