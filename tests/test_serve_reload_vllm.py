@@ -28,8 +28,7 @@ from residency.index import IndexOptions, build_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
 from residency.serve.headers import PREFIX_HEADER
 from residency.tokenizer import LocalTokenizer
-from residency.vllm_client import parse_prometheus
-from residency.vllm_client.metrics import find_samples
+from residency.vllm_client import find_samples, parse_prometheus
 from residency.vllm_client.sse import DONE_DATA, data_events
 
 pytestmark = pytest.mark.vllm
