@@ -18,7 +18,13 @@ from residency.cli.qdrant_options import (
     qdrant_options,
 )
 from residency.errors import ConfigError
-from residency.serve.settings import PrunerOptions, RequestLimits, RetrieverName, ServeSettings
+from residency.serve.settings import (
+    WATCH_PLAN_INTERVAL_S,
+    PrunerOptions,
+    RequestLimits,
+    RetrieverName,
+    ServeSettings,
+)
 
 _ROUTE = "Routing"
 _NET = "Network"
@@ -138,6 +144,14 @@ def serve(
     warm: Annotated[
         bool, typer.Option(help="Warm each upstream with the plan's prefix as it joins.")
     ] = True,
+    watch_plan: Annotated[
+        bool,
+        typer.Option(
+            "--watch-plan",
+            help=f"Reload --plan when its content changes (checked every "
+            f"{WATCH_PLAN_INTERVAL_S:g} s), as SIGHUP does.",
+        ),
+    ] = False,
     health_interval: Annotated[
         float, typer.Option(help="Seconds between upstream health checks.")
     ] = 5.0,
@@ -202,7 +216,12 @@ def serve(
     qdrant_api_key: QdrantApiKey = None,
     qdrant_fusion: QdrantFusion = FusionChoice.rrf,
 ) -> None:
-    """Serve /v1/chat/completions and /v1/completions with the resident prefix first."""
+    """Serve /v1/chat/completions and /v1/completions with the resident prefix first.
+
+    SIGHUP (or --watch-plan) reloads --plan without downtime: the new plan is validated and its
+    prefixes warmed on every upstream before new requests use it; requests in flight finish on
+    the old one; a plan that fails is refused in one log line and the old plan keeps serving.
+    """
     if retriever not in ("hybrid", "bm25", "dense", "qdrant"):
         raise ConfigError(f"--retriever {retriever!r}: choose hybrid, bm25, dense or qdrant")
     qdrant_settings = qdrant_options(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
@@ -234,6 +253,7 @@ def serve(
             keep_top_k=prune_keep_top_k,
         ),
         warm=warm,
+        watch_plan=watch_plan,
         health_interval_s=health_interval,
         request_timeout_s=request_timeout,
         limits=RequestLimits(

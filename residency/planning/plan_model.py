@@ -270,9 +270,16 @@ def write_plan(plan: ResidencyPlan, path: Path) -> None:
 def read_plan(path: Path) -> ResidencyPlan:
     """Read and validate plan.json; `ConfigError` names the file and the first problem."""
     try:
-        raw = orjson.loads(path.read_bytes())
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"--plan {path}: cannot read it ({exc.strerror})") from None
+    return parse_plan(data, path)
+
+
+def parse_plan(data: bytes, path: Path) -> ResidencyPlan:
+    """Validate plan.json's bytes (read from `path`, which errors name)."""
+    try:
+        raw = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise ConfigError(f"--plan {path}: not valid JSON") from None
     try:

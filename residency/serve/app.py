@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import signal
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import anyio
 import orjson
@@ -21,13 +21,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from residency.errors import ResidencyError, UpstreamMismatchError
-from residency.index import open_index
-from residency.planning.plan_model import ResidencyPlan, read_plan
-from residency.serve.context import ContextBuilder
 from residency.serve.errors import error_response, unavailable
 from residency.serve.guard import RequestGuard
+from residency.serve.reload import PlanReloader
 from residency.serve.router import Router
-from residency.serve.settings import ServeSettings
+from residency.serve.settings import WATCH_PLAN_INTERVAL_S, ServeSettings
+from residency.serve.state import ServingState
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import Upstream, UpstreamPool
 from residency.vllm_client import TransportError, endpoints, open_session
@@ -37,29 +36,10 @@ log = logging.getLogger("residency.serve")
 OPEN_PATHS = frozenset({endpoints.HEALTH})
 
 
-def load_builder(settings: ServeSettings) -> ContextBuilder:
-    """Read the plan and open its index (user errors raise ResidencyError)."""
-    plan = read_plan(settings.plan)
-    backend = None
-    if settings.qdrant is not None:
-        from residency.index.qdrant_backend import QdrantBackend  # optional dependency
-
-        backend = QdrantBackend(settings.qdrant)
-    index = open_index(settings.index or _plan_index(plan, settings), backend=backend)
-    return ContextBuilder(plan, index, settings)
-
-
-def _plan_index(plan: ResidencyPlan, settings: ServeSettings) -> Path:
-    """The plan's index: as recorded (absolute, or relative to here), else beside the plan."""
-    path = Path(plan.index_dir)
-    if path.is_absolute() or path.exists():
-        return path
-    return settings.plan.parent / path
-
-
-def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
-    """The router app for validated settings and a loaded context builder."""
+def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
+    """The router app for validated settings and the first plan's serving state."""
     metrics = RouterMetrics()
+    metrics.set_plan(serving.plan_sha256)
     state: dict[str, Router] = {}
 
     async def on_join(up: Upstream) -> bool:
@@ -71,7 +51,8 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
             api_key=settings.upstream_api_key,
         )
         try:
-            report = await anyio.to_thread.run_sync(warm, builder.plan, options)
+            current = state["router"].state if "router" in state else serving
+            report = await anyio.to_thread.run_sync(warm, current.builder.plan, options)
         except ResidencyError as exc:
             if isinstance(exc, UpstreamMismatchError):
                 up.excluded = str(exc)
@@ -98,14 +79,24 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
                 on_join,
                 api_key=settings.upstream_api_key,
             )
-            await anyio.to_thread.run_sync(builder.warm_up)
-            router = state["router"] = Router(settings, builder, pool, http, metrics)
+            await anyio.to_thread.run_sync(serving.builder.warm_up)
+            router = state["router"] = Router(settings, serving, pool, http, metrics)
             await pool.start()
-            syncer = asyncio.create_task(_sync_log_every(router, 1.0))
+            tasks: set[asyncio.Task[object]] = {asyncio.create_task(_sync_log_every(router, 1.0))}
+            reloader = PlanReloader(settings, router, metrics)
+            if settings.watch_plan:
+                tasks.add(asyncio.create_task(reloader.watch(WATCH_PLAN_INTERVAL_S)))
+            loop = asyncio.get_running_loop()
+            # uvicorn handles SIGINT and SIGTERM only; SIGHUP would otherwise end the process.
+            loop.add_signal_handler(
+                signal.SIGHUP, lambda: tasks.add(loop.create_task(reloader.reload("SIGHUP")))
+            )
             try:
                 yield
             finally:
-                syncer.cancel()
+                loop.remove_signal_handler(signal.SIGHUP)
+                for task in tasks:
+                    task.cancel()
                 await pool.stop()
                 router.close()
 
@@ -128,10 +119,12 @@ def create_app(settings: ServeSettings, builder: ContextBuilder) -> ASGIApp:
         return served_models(answer.content, answer.status_code)
 
     async def health(request: Request) -> Response:
-        pool = state["router"].pool
-        usable = sum(u.usable for u in pool.upstreams)
-        body = {"status": "ok" if usable else "unavailable", "upstreams_usable": usable}
-        body["upstreams"] = len(pool.upstreams)
+        router = state["router"]
+        usable = sum(u.usable for u in router.pool.upstreams)
+        body: dict[str, object] = {"status": "ok" if usable else "unavailable"}
+        body["upstreams_usable"] = usable
+        body["upstreams"] = len(router.pool.upstreams)
+        body["plan_sha256"] = router.state.plan_sha256
         return Response(orjson.dumps(body), 200 if usable else 503, media_type="application/json")
 
     async def prometheus(request: Request) -> Response:

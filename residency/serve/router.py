@@ -28,13 +28,14 @@ from starlette.responses import Response, StreamingResponse
 
 from residency.errors import BackendError
 from residency.query_log import QueryLogWriter
-from residency.serve.context import ContextBuilder, RequestContext
+from residency.serve.context import RequestContext
 from residency.serve.errors import error_response, unavailable
 from residency.serve.guard import ClientGoneError, read_body
 from residency.serve.headers import route_headers
 from residency.serve.prompt import assemble_messages
 from residency.serve.record import Outcome, RouterLogRecord
 from residency.serve.settings import ServeSettings
+from residency.serve.state import ServingState
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, Upstream, UpstreamPool
 from residency.serve.validation import RequestError, parse_request
@@ -80,18 +81,19 @@ class Exchange:
 
 
 class Router:
-    """Owns the builder, the pool, the HTTP client, metrics and the query log."""
+    """Owns the serving state (swapped whole on reload), the pool, the HTTP client, metrics
+    and the query log."""
 
     def __init__(
         self,
         settings: ServeSettings,
-        builder: ContextBuilder,
+        state: ServingState,
         pool: UpstreamPool,
         http: Session,
         metrics: RouterMetrics,
     ) -> None:
         self.settings = settings
-        self.builder = builder
+        self.state = state
         self.pool = pool
         self.http = http
         self.metrics = metrics
@@ -102,6 +104,7 @@ class Router:
         """Serve one chat or completions request."""
         arrived = time.perf_counter()
         ts = dt.datetime.now(dt.UTC)
+        builder = self.state.builder  # this request's plan to the end, whatever reloads meanwhile
         limits = self.settings.limits
         try:
             raw = await read_body(request, limits)
@@ -117,7 +120,7 @@ class Router:
         question = req.question[: limits.max_question_chars]
         try:  # off the event loop: a long question must not stall health checks and streams
             retrieval = await anyio.to_thread.run_sync(
-                self.builder.retrieve, question, None, limiter=self._limiter
+                builder.retrieve, question, None, limiter=self._limiter
             )
         except BackendError as exc:  # Qdrant down: the client may retry, nothing internal shown
             log.error("retrieval backend: %s", exc)
@@ -126,13 +129,13 @@ class Router:
                 "retrieval_unavailable",
             )  # fmt: skip
         self.metrics.retrieval.observe(retrieval.retrieval_s)
-        ctx = await self.builder.finish(retrieval, self.http)
+        ctx = await builder.finish(retrieval, self.http)
         if ctx.prune is not None:
             self.metrics.prune.observe(ctx.prune.elapsed_s)
             if not ctx.prune.valid:
                 self.metrics.pruner_invalid.inc()
         ex = Exchange(endpoint, ctx, started=arrived, ts=ts)
-        prefix_text = self.builder.prefix_text(retrieval.prefix_id)
+        prefix_text = builder.prefix_text(retrieval.prefix_id)
         assembled = assemble_messages(req.messages, prefix_text, ctx.block)
         body = req.body
         large = len(raw) > INLINE_BODY_BYTES

@@ -6,20 +6,22 @@ import logging
 import socket
 
 from residency.errors import ConfigError
-from residency.serve.app import create_app, load_builder
+from residency.serve.app import create_app
 from residency.serve.protocol import header_timeout_protocol
 from residency.serve.settings import ServeSettings
+from residency.serve.state import load_state
 
 
 def run_server(settings: ServeSettings) -> None:
-    """Load the plan and index, then serve until SIGINT/SIGTERM (uvicorn)."""
+    """Load the plan and index, then serve until SIGINT/SIGTERM (uvicorn); SIGHUP reloads
+    the plan."""
     import uvicorn
 
     _check_port(settings.host, settings.port)
-    builder = load_builder(settings)
+    serving = load_state(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = uvicorn.Config(
-        create_app(settings, builder),
+        create_app(settings, serving),
         host=settings.host,
         port=settings.port,
         log_level="info",

@@ -13,6 +13,8 @@ from residency.retrieval.qdrant_schema import QdrantOptions
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 
 RetrieverName = Literal["hybrid", "bm25", "dense", "qdrant"]
+# --watch-plan polls plan.json's mtime and size this often (its sha256 only when they change).
+WATCH_PLAN_INTERVAL_S = 2.0
 
 
 class PrunerOptions(BaseModel):
@@ -84,6 +86,9 @@ class ServeSettings(BaseModel):
     max_dated: int = Field(default=5, ge=0, le=50, description="--max-dated sections pinned.")
     pruner: PrunerOptions = Field(default_factory=PrunerOptions, description="Pruner stage.")
     warm: bool = Field(default=True, description="--warm/--no-warm each upstream as it joins.")
+    watch_plan: bool = Field(
+        default=False, description="--watch-plan: reload when plan.json's content changes."
+    )
     health_interval_s: float = Field(default=5.0, gt=0, le=3600, description="--health-interval.")
     request_timeout_s: float = Field(default=600.0, gt=0, description="--request-timeout.")
     limits: RequestLimits = Field(

@@ -88,6 +88,21 @@ class RouterMetrics:
             ("upstream",),
             registry=r,
         )
+        self.plan_reloads = Counter(
+            "residency_router_plan_reloads",
+            "plan.json reloads (SIGHUP or --watch-plan): ok (swapped) or refused (old plan kept).",
+            ("result",),
+            registry=r,
+        )
+        self.plan_info = Gauge(
+            "residency_router_plan_info",
+            "1 for the sha256 of the plan.json being served.",
+            ("sha256",),
+            registry=r,
+        )
+        for result in ("ok", "refused"):  # both series from the start, at 0
+            self.plan_reloads.labels(result)
+        self._plan_sha256: str | None = None
         self._prompt_total = 0
         self._cached_total = 0
 
@@ -100,3 +115,10 @@ class RouterMetrics:
             self._cached_total += cached_tokens
         if self._prompt_total:
             self.hit_ratio.set(self._cached_total / self._prompt_total)
+
+    def set_plan(self, sha256: str) -> None:
+        """Expose the plan being served (the previous one's sample is removed)."""
+        if self._plan_sha256 is not None:
+            self.plan_info.remove(self._plan_sha256)
+        self.plan_info.labels(sha256).set(1)
+        self._plan_sha256 = sha256
