@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install plan lint typecheck test bench answers results ci clean gpu-check
+.PHONY: install plan lint typecheck test bench answers results cli-docs ci clean gpu-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -39,13 +39,17 @@ bench:
 answers:
 	bash scripts/eval_answers_real.sh .benchmarks
 
-# The README's Results section: a demo run, every benchmark, then the tables (failures included);
-# the answer tables come from `make answers` when its reports are there.
+# docs/results.md (the README's headline figures come from it): a demo run, every benchmark, then
+# the tables (failures included); the answer tables come from `make answers` when its reports are there.
 results:
 	.venv/bin/residency demo --out demo-out
 	-$(MAKE) bench
 	$(PY) scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out \
 		--answers .benchmarks/answers-en.json --prune .benchmarks/prune-en.json
+
+# docs/cli.md: every command's --help at 80 columns (tests/test_readme.py fails when it is stale).
+cli-docs:
+	PYTHONPATH=. $(PY) scripts/readme_help.py
 
 # Where an NVIDIA GPU exists: NVML, vLLM's free-memory check, the JAX hold (scripts/gpu_check.py).
 gpu-check:

@@ -7,7 +7,7 @@ fresh random salt at the start (vLLM reports < one block cached, checked), then 
 prompt is re-sent until it hits (hybrid align mode may need a second sighting) and WARM_REPEATS
 sends are timed. Target: median warm / median cold <= 0.10 at 16K and 30K, both models.
 Each model's report (JSON) and picture (PNG) land in `.cache/bench/ttft-<model>.{json,png}`;
-the README's table is built from the JSON. About 3 minutes per model on 2 cores.
+docs/results.md's table is built from the JSON. About 3 minutes per model on 2 cores.
 Run: `pytest benchmarks/test_bench_ttft.py --benchmark-only`.
 """
 

@@ -131,7 +131,7 @@ def test_vllm_bench_serve_through_the_router_and_direct(
     benchmark.pedantic(run, rounds=1, iterations=1)
     figures = {"prefix_tokens": read_plan(setup["plan"]).prefix.token_count, **results}
     benchmark.extra_info.update(figures)
-    print(json.dumps(figures, indent=2))  # the figures, for the README
+    print(json.dumps(figures, indent=2))  # the figures, for docs/serve.md
     for name, f in results.items():
         assert f["completed"] == PROMPTS, (name, f)
         assert f["failed"] == 0, (name, f)

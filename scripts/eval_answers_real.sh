@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's answer-quality figures: SmolLM2-135M-Instruct on vLLM's CPU build, English sample.
+# docs/results.md's answer-quality figures: SmolLM2-135M-Instruct on vLLM's CPU build, English sample.
 #
 #   scripts/eval_answers_real.sh [OUT_DIR]      (default .benchmarks; ~35 min on 2 cores)
 #

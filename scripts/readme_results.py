@@ -1,13 +1,15 @@
-"""Regenerate the README's "Results" section from pytest-benchmark JSON, a demo run and the
-real-model answer evaluation.
+"""Regenerate docs/results.md (every measured table) from pytest-benchmark JSON, a demo run and
+the real-model answer evaluation.
 
     python scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out \
         --answers .benchmarks/answers-en.json --prune .benchmarks/prune-en.json
 
 (--bench repeats: later files replace same-named benchmarks; each table names the machine of
 the file its figures came from.)
-Replaces everything between `<!-- results:begin -->` and `<!-- results:end -->`; copies the
-demo's picture to docs/demo-ttft.png. Figures are printed as measured, targets beside them.
+Replaces everything between `<!-- results:begin -->` and `<!-- results:end -->` in docs/results.md;
+copies the demo's picture to docs/demo-ttft.png (the README shows it too). Figures are printed as
+measured, targets beside them; the README's short headline tables are picked from this page by
+hand.
 """
 
 from __future__ import annotations
@@ -20,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+RESULTS = REPO / "docs" / "results.md"
 
 
 def _shown_path(path: str) -> str:
-    """A report's file path as the README shows it: relative to the repository when inside it
+    """A report's file path as the results page shows it: relative to the repository when inside it
     (the checkout's absolute path says nothing to a reader)."""
     try:
         return str(Path(path).resolve().relative_to(REPO))
@@ -227,7 +229,7 @@ def demo_section(demo_dir: Path) -> list[str]:
     png = demo_dir / "ttft.png"
     if png.is_file():
         shutil.copyfile(png, REPO / "docs" / "demo-ttft.png")
-        out += ["![TTFT vs prompt length, cached and uncached](docs/demo-ttft.png)", ""]
+        out += ["![TTFT vs prompt length, cached and uncached](demo-ttft.png)", ""]
     total = demo.get("total_s") or demo.get("elapsed_s")
     if total:
         steps = ", ".join(
@@ -370,14 +372,14 @@ def main(argv: list[str] | None = None) -> int:
         *other_table(data),
         END,
     ]
-    text = README.read_text("utf-8")
+    text = RESULTS.read_text("utf-8")
     if BEGIN not in text or END not in text:
-        print(f"{README}: no {BEGIN} ... {END} markers", file=sys.stderr)
+        print(f"{RESULTS}: no {BEGIN} ... {END} markers", file=sys.stderr)
         return 1
     head, rest = text.split(BEGIN, 1)
     tail = rest.split(END, 1)[1]
-    README.write_text(head + "\n".join(lines) + tail, "utf-8")
-    print(f"README results regenerated from {', '.join(map(str, args.bench))}")
+    RESULTS.write_text(head + "\n".join(lines) + tail, "utf-8")
+    print(f"{RESULTS.relative_to(REPO)} regenerated from {', '.join(map(str, args.bench))}")
     return 0
 
 
