@@ -29,6 +29,7 @@ from residency.eval.answers import (
 from residency.eval.answers.generate import Attempt, parse_retrieved_header
 from residency.eval.answers.reference import (
     is_abstention,
+    key_fact_f1,
     score_reference,
     token_f1,
     token_recall,
@@ -394,3 +395,40 @@ def test_reference_verdict(
 ) -> None:
     verdict = score_reference(group, answer, reference)
     assert (verdict.outcome, verdict.score) == (outcome, points)
+
+
+QUESTION = "When was the Kanzaki lighthouse lamp replaced?"
+FACT_REFERENCE = "The Kanzaki lighthouse lamp was replaced in March 1987."
+
+
+@pytest.mark.parametrize(
+    ("answer", "fact_f1", "plain_at_least"),
+    [
+        # The question as its own answer: plain F1 credits 5 shared words, key facts nothing.
+        pytest.param(QUESTION, 0.0, 0.5, id="echo"),
+        # Only the facts: 'march 1987' against the reference's new tokens [in, march, 1987].
+        pytest.param("March 1987.", 0.8, 0.3, id="facts-only"),
+        # [it, in, march, 1987] against [in, march, 1987]: P 3/4, R 1, F1 6/7.
+        pytest.param("It was replaced in March 1987.", 6 / 7, 0.5, id="restated-with-facts"),
+        # [it, in, june, 1990]: only 'in' shared: P 1/4, R 1/3, F1 2/7; plain F1 still 0.43.
+        pytest.param("It was replaced in June 1990.", 2 / 7, 0.4, id="wrong-date"),
+    ],
+)
+def test_key_fact_f1_credits_only_tokens_not_in_the_question(
+    answer: str, fact_f1: float, plain_at_least: float
+) -> None:
+    assert key_fact_f1(answer, FACT_REFERENCE, QUESTION) == pytest.approx(fact_f1)
+    assert token_f1(answer, FACT_REFERENCE) >= plain_at_least
+
+
+def test_echo_scores_zero_by_key_facts_but_not_by_plain_f1() -> None:
+    verdict = score_reference("simple", QUESTION, FACT_REFERENCE, QUESTION)
+    assert (verdict.outcome, verdict.score) == ("correct", 2)  # what made echo look good
+    assert (verdict.fact_outcome, verdict.fact_score) == ("hallucinated", 0)
+
+
+def test_key_facts_fall_back_to_plain_f1_when_the_reference_only_restates() -> None:
+    question = "Is the lamp electric?"
+    assert key_fact_f1("Yes, the lamp is electric.", "The lamp is electric.", question) == (
+        pytest.approx(token_f1("Yes, the lamp is electric.", "The lamp is electric."))
+    )

@@ -228,6 +228,15 @@ def render_answers(report: AnswerEvalReport, console: Console, records: Path | N
         cells = _score_cells(r.overall)
         scores.add_row(r.strategy, *cells[:-2], cells[-1])
     console.print(scores)
+    facts = compact_table(
+        "Key facts (token F1 over tokens not in the question: echo scores 0)",
+        ("strategy",),
+        _SCORE_COLUMNS[:-2],
+    )
+    for r in ran:
+        if r.facts_overall is not None:
+            facts.add_row(r.strategy, *_score_cells(r.facts_overall)[:-2])
+    console.print(facts)
     judged = [r for r in ran if r.judge_overall is not None]
     if judged:
         by_judge = compact_table(
@@ -272,12 +281,15 @@ def render_answers(report: AnswerEvalReport, console: Console, records: Path | N
 
 
 def _render_by_type(ran: list[StrategyReport], console: Console) -> None:
-    """Types down, strategies across: reference score /2 and F1 (the judge's score after '|')."""
+    """Types down, strategies across: reference score /2 and F1, key-fact score after '·' (the
+    judge's score after '|')."""
     types = list(dict.fromkeys(t for r in ran for t in r.by_type))
     if not types:
         return
     table = compact_table(
-        "By question type: score /2 (F1)", ("type", "n"), tuple(r.strategy for r in ran)
+        "By question type: score /2 (F1) · key facts /2",
+        ("type", "n"),
+        tuple(r.strategy for r in ran),
     )
     for t in types:
         n = max(r.by_type[t].questions for r in ran if t in r.by_type)
@@ -290,6 +302,9 @@ def _render_by_type(ran: list[StrategyReport], console: Console) -> None:
             cell = _num(summary.mean_score, ".2f")
             if summary.mean_f1 is not None:
                 cell += f" ({summary.mean_f1:.2f})"
+            fact = (r.facts_by_type or {}).get(t)
+            if fact is not None:
+                cell += f" · {_num(fact.mean_score, '.2f')}"
             judged = (r.judge_by_type or {}).get(t)
             if judged is not None:
                 cell += f" | {_num(judged.mean_score, '.2f')}"

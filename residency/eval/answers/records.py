@@ -30,7 +30,7 @@ OTHER_TYPE = "other"
 Outcome = Literal[
     "correct", "partial", "hallucinated", "abstained", "judge_error", "generation_error"
 ]
-Scorer = Literal["reference", "judge"]
+Scorer = Literal["reference", "facts", "judge"]
 Diagnosis = Literal["retrieval_miss", "generation_miss", "unanswerable", "error"]
 
 _ID = 1024
@@ -124,6 +124,19 @@ class AnswerRecord(BaseModel):
         le=2,
         description="The reference scorer's points (unknown + abstained = 2); None: no answer.",
     )
+    fact_f1: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Key-fact scorer: token F1 over the tokens not in the question "
+        "(reference.py; None: no answer).",
+    )
+    fact_outcome: Outcome | None = Field(
+        default=None, description="The key-fact scorer's verdict (None: no answer)."
+    )
+    fact_score: int | None = Field(
+        default=None, ge=0, le=2, description="The key-fact scorer's points; None: no answer."
+    )
     grade: Grade | None = Field(
         description="The judge's verdict; None without a judge or on error."
     )
@@ -202,6 +215,12 @@ class StrategyReport(BaseModel):
     overall: ScoreSummary = Field(description="The reference scorer over all its records.")
     by_type: dict[str, ScoreSummary] = Field(
         description="The reference scorer per question type (and 'other')."
+    )
+    facts_overall: ScoreSummary | None = Field(
+        default=None, description="The key-fact scorer (tokens not in the question)."
+    )
+    facts_by_type: dict[str, ScoreSummary] | None = Field(
+        default=None, description="The key-fact scorer per question type."
     )
     judge_overall: ScoreSummary | None = Field(description="The LLM judge's; None: no judge.")
     judge_by_type: dict[str, ScoreSummary] | None = Field(

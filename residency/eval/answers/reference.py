@@ -20,6 +20,13 @@ Verdict on the judge's 0/1/2 scale, so both scorers fill the same table:
 * answerable questions: F1 >= `CORRECT_F1` (0.5) → correct (2); F1 >= `PARTIAL_F1` (0.2) →
   partial (1); below that an abstention → abstained (0), anything else → hallucinated (0).
 
+**Key facts** (a second score beside it): restating the question earns token F1 (the question
+as its own answer, `echo`, scored 0.42 of 2 on a held-out English set, above every real
+strategy). So the key-fact score compares only what is new: the reference's tokens that are not
+in the question (its numbers, names, dates) against the answer's tokens that are not in the
+question, as token F1 with the same thresholds. `echo` scores 0 on it by construction. A
+reference with no token outside the question (a yes/no answer restated) falls back to plain F1.
+
 Worked example: reference "Only Kanzaki Lighthouse (fog signal FS-20)." → tokens [only, kanzaki,
 lighthouse, fog, signal, fs, 20]; answer "The Kanzaki Lighthouse has the FS-20 fog signal." →
 [kanzaki, lighthouse, has, fs, 20, fog, signal]; 6 shared, precision 6/7, recall 6/7, F1 0.857:
@@ -86,12 +93,7 @@ def overlap(answer: list[str], reference: list[str]) -> int:
 
 def token_f1(answer: str, reference: str) -> float:
     """SQuAD token F1 of answer against reference (0.0 when either has no tokens)."""
-    got, want = answer_tokens(answer), answer_tokens(reference)
-    common = overlap(got, want)
-    if not got or not want or common == 0:
-        return 0.0
-    precision, recall = common / len(got), common / len(want)
-    return 2 * precision * recall / (precision + recall)
+    return _f1(answer_tokens(answer), answer_tokens(reference))
 
 
 def token_recall(answer: str, reference: str) -> float:
@@ -105,21 +107,44 @@ def is_abstention(answer: str) -> bool:
     return _ABSTENTION.search(unicodedata.normalize("NFKC", answer).lower()) is not None
 
 
+def _f1(got: list[str], want: list[str]) -> float:
+    common = overlap(got, want)
+    if not got or not want or common == 0:
+        return 0.0
+    precision, recall = common / len(got), common / len(want)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _without(tokens: list[str], question: Counter[str]) -> list[str]:
+    return [t for t in tokens if t not in question]
+
+
+def key_fact_f1(answer: str, reference: str, question: str) -> float:
+    """Token F1 over the tokens that are not in the question (plain F1 when the reference has
+    none): 'Lamp 3 was replaced in 1987' for 'When was lamp 3 replaced?' is judged on '1987'.
+    """
+    asked = Counter(answer_tokens(question))
+    want = _without(answer_tokens(reference), asked)
+    if not want:
+        return token_f1(answer, reference)
+    return _f1(_without(answer_tokens(answer), asked), want)
+
+
 @dataclass(frozen=True, slots=True)
 class ReferenceVerdict:
-    """The reference scorer's view of one answer."""
+    """The reference scorer's view of one answer (plain token F1, and key facts only)."""
 
     f1: float
     recall: float
     abstained: bool
     outcome: Outcome
     score: int
+    fact_f1: float = 0.0
+    fact_outcome: Outcome = "hallucinated"
+    fact_score: int = 0
 
 
-def score_reference(group: str, answer: str, reference: str) -> ReferenceVerdict:
-    """F1, recall, abstention and the 0/1/2 verdict of an answer in scoring group `group`."""
-    f1, recall = token_f1(answer, reference), token_recall(answer, reference)
-    abstained = is_abstention(answer)
+def _verdict(group: str, f1: float, abstained: bool) -> tuple[Outcome, int]:
     if group == UNKNOWN_TYPE:
         outcome: Outcome = "correct" if abstained else "hallucinated"
     elif f1 >= CORRECT_F1:
@@ -128,5 +153,19 @@ def score_reference(group: str, answer: str, reference: str) -> ReferenceVerdict
         outcome = "partial"
     else:
         outcome = "abstained" if abstained else "hallucinated"
-    points = {"correct": 2, "partial": 1}.get(outcome, 0)
-    return ReferenceVerdict(f1, recall, abstained, outcome, points)
+    return outcome, {"correct": 2, "partial": 1}.get(outcome, 0)
+
+
+def score_reference(
+    group: str, answer: str, reference: str, question: str = ""
+) -> ReferenceVerdict:
+    """F1, recall, abstention and the 0/1/2 verdicts of an answer in scoring group `group`:
+    by plain token F1, and by key facts (tokens not in `question`)."""
+    f1, recall = token_f1(answer, reference), token_recall(answer, reference)
+    abstained = is_abstention(answer)
+    outcome, points = _verdict(group, f1, abstained)
+    fact_f1 = key_fact_f1(answer, reference, question)
+    fact_outcome, fact_points = _verdict(group, fact_f1, abstained)
+    return ReferenceVerdict(
+        f1, recall, abstained, outcome, points, fact_f1, fact_outcome, fact_points
+    )

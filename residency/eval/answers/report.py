@@ -43,7 +43,9 @@ def build_record(
     (`judged` False: no judge was asked, so the judge's fields stay None)."""
     group = score_group(question.type)
     answer = attempt.answer
-    reference = score_reference(group, answer.text, question.answer) if answer else None
+    reference = (
+        score_reference(group, answer.text, question.answer, question.query) if answer else None
+    )
     judge: Verdict | None = None
     if answer is None:
         judge = error_verdict(generation_failed=True) if judged else None
@@ -67,6 +69,9 @@ def build_record(
         abstained=reference.abstained if reference else None,
         outcome=reference.outcome if reference else "generation_error",
         score=reference.score if reference else None,
+        fact_f1=reference.fact_f1 if reference else None,
+        fact_outcome=reference.fact_outcome if reference else None,
+        fact_score=reference.fact_score if reference else None,
         grade=grade if answer is not None else None,
         judge_error=judge_error[:_ERROR_CHARS] if judge_error and answer is not None else None,
         judge_outcome=judge.outcome if judge else None,
@@ -109,6 +114,8 @@ def strategy_report(
         skipped=skipped,
         overall=summarize(records),
         by_type=summarize_by_type(records),
+        facts_overall=summarize(records, "facts"),
+        facts_by_type=summarize_by_type(records, "facts"),
         judge_overall=summarize(records, "judge") if judged else None,
         judge_by_type=summarize_by_type(records, "judge") if judged else None,
         score_evidence_visible=score_by_evidence(records, True) if evidence_known else None,

@@ -71,6 +71,10 @@ def verdict_of(record: AnswerRecord, scorer: Scorer) -> tuple[Outcome | None, in
     """(outcome, points) of a record by the reference scorer or by the judge."""
     if scorer == "reference":
         return record.outcome, record.score
+    if scorer == "facts":
+        if record.fact_outcome is None:  # no answer, or a record written before key facts
+            return record.outcome, None
+        return record.fact_outcome, record.fact_score
     return record.judge_outcome, record.judge_score
 
 
@@ -84,6 +88,8 @@ def summarize(records: Iterable[AnswerRecord], scorer: Scorer = "reference") -> 
     f1 = None
     if scorer == "reference":
         f1 = mean_of(r.f1 for r in rows if r.type != UNKNOWN_TYPE)
+    elif scorer == "facts":
+        f1 = mean_of(r.fact_f1 for r in rows if r.type != UNKNOWN_TYPE)
     return ScoreSummary(
         questions=len(rows),
         graded=graded,
