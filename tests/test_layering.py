@@ -23,6 +23,7 @@ CROSS_CUTTING = frozenset(
         "atomic",
         "errors",
         "launcher",
+        "lazy_exports",
         "machine",
         "normalize",
         "paths",

@@ -28,24 +28,24 @@ from residency.eval.prune import (
     MEANINGLESS_GRADES_NOTE,
     PrunedQuestion,
     PruneEvalJob,
-    PruneEvalReport,
     kept_figures,
     latency_figures,
     run_prune_eval,
     sample_questions,
     served_model,
 )
+from residency.eval.prune_report import PruneEvalReport
 from residency.eval.questions import Question
 from residency.serve.pruner import (
     Passage,
     PruneResult,
-    PrunerSettings,
     build_request,
     grade_schema,
     keep_ids,
     prune,
     prune_sync,
 )
+from residency.serve.pruner_settings import PrunerSettings
 from residency.vllm_client import open_session
 
 PASSAGES = (

@@ -15,6 +15,10 @@ from planner import ModelConfigError, ModelSpec, model_spec_from_hf_config
 from residency.errors import ProfileError
 from residency.paths import data_root
 
+# What `residency plan` sizes when no --gpu / --model is given.
+DEFAULT_PROFILE = "rtx4070-12gb"
+DEFAULT_MODEL = "qwen3.5-4b-fp8"
+
 PROFILES_ENV = "RESIDENCY_PROFILES_DIR"
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from residency.corpus.model import Chunk, Section
 from residency.eval.coverage_report import (
+    DEFAULT_PREFETCH,
     CoverageMetrics,
     CoverageReport,
     CoverageSettings,
@@ -81,7 +82,6 @@ __all__ = [
     "summarize",
 ]
 
-DEFAULT_PREFETCH = 40
 RAG_BASELINE_KS = (3, 5)
 
 

@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from residency.atomic import append_line
 from residency.errors import ConfigError
 from residency.eval.questions import UNTYPED, Question
-from residency.index import Index, manifest_hash
+
+if TYPE_CHECKING:
+    from residency.index import Index
 
 K_VALUES = (1, 3, 5, 10)
 MAX_K = 10
@@ -197,6 +200,8 @@ def evaluate_retrieval(
     progress: Callable[[int], None] | None = None,
 ) -> RetrievalEvalReport:
     """Run every answerable question through all retrievers and average section-level metrics."""
+    from residency.index import manifest_hash  # numpy: loaded when an eval runs, not for --help
+
     answerable = [q for q in questions if q.relevant_ids]
     rets = index.retrievers()
     rows: dict[str, list[tuple[str, dict[str, float]]]] = {}

@@ -23,8 +23,11 @@ from residency.eval.answers.generate import (
     whole_skip_reason,
     whole_text,
 )
-from residency.eval.answers.judge import DEFAULT_JUDGE_MAX_TOKENS, Judge, JudgeError
+from residency.eval.answers.judge import Judge, JudgeError
 from residency.eval.answers.records import (
+    DEFAULT_JUDGE_MAX_TOKENS,
+    DEFAULT_K,
+    DEFAULT_MAX_TOKENS,
     STRATEGIES,
     AnswerEvalReport,
     AnswerQuestion,
@@ -40,8 +43,6 @@ from residency.machine import machine_info
 from residency.planning.plan_model import read_plan
 from residency.vllm_client import VllmClient
 
-DEFAULT_K = 3  # the reference measurement's RAG top-3 (docs/design/background.md)
-DEFAULT_MAX_TOKENS = 256
 DEFAULT_TIMEOUT_S = 600.0  # a cold whole-text prefill on a CPU takes seconds, not minutes
 
 
