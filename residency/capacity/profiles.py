@@ -11,7 +11,8 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from planner import ModelConfigError, ModelSpec, model_spec_from_hf_config
+from planner.errors import ModelConfigError
+from planner.model_spec import ModelSpec, model_spec_from_hf_config
 from residency.errors import ProfileError
 from residency.paths import data_root
 
