@@ -30,6 +30,7 @@ CROSS_CUTTING = frozenset(
         "prompt_language",
         "query_log",
         "routing",
+        "stats",
         "tokenizer",
         "vllm_client",
     }

@@ -20,11 +20,12 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from residency.bench.options import BenchOptions
-from residency.bench.report import BenchReport, CachedSource, LengthResult, TtftStats
+from residency.bench.report import BenchReport, CachedSource, LengthResult
 from residency.errors import ConfigError, UpstreamError
 from residency.index import BuildProgress
 from residency.machine import machine_info
 from residency.planning.plan_model import ResidencyPlan
+from residency.stats import TimingStats
 from residency.vllm_client import SendResult, VllmClient
 from residency.warm import shared_prefix_ids
 
@@ -140,8 +141,8 @@ def measure_prompt(
         warm.append(client.prefill(model, warm_prompt))
         if progress is not None:
             progress.advance(1)
-    cold_stats = TtftStats.of([s.ttft_s for s in cold])
-    warm_stats = TtftStats.of([s.ttft_s for s in warm])
+    cold_stats = TimingStats.of([s.ttft_s for s in cold])
+    warm_stats = TimingStats.of([s.ttft_s for s in warm])
     return LengthResult(
         label=label,
         prompt_tokens=n,

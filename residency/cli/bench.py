@@ -14,7 +14,8 @@ from residency.cli.options import ColdRepeatsOption, RepeatsOption, VllmApiKeyOp
 from residency.errors import ConfigError
 
 if TYPE_CHECKING:
-    from residency.bench.report import BenchReport, TtftStats
+    from residency.bench.report import BenchReport
+    from residency.stats import TimingStats
 
 _DEFAULT_LENGTHS = ",".join(map(str, DEFAULT_LENGTHS))
 
@@ -93,7 +94,7 @@ def bench(
         Console(soft_wrap=True).print(f"plot: {escape(str(plot))}")
 
 
-def _spread(stats: TtftStats) -> str:
+def _spread(stats: TimingStats) -> str:
     return f"{stats.median_s:.3f} ({stats.p10_s:.3f}-{stats.p90_s:.3f})"
 
 

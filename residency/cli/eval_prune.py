@@ -139,7 +139,7 @@ def render_prune(report: PruneEvalReport, console: Console) -> None:
     console.print(table)
     lat = report.latency
     console.print(
-        f"added latency per call: mean {lat.mean_s:.3f} s, p50 {lat.p50_s:.3f} s, "
+        f"added latency per call: mean {lat.mean_s:.3f} s, p50 {lat.median_s:.3f} s, "
         f"p95 {lat.p95_s:.3f} s, max {lat.max_s:.3f} s",
         highlight=False,
     )

@@ -22,6 +22,7 @@ from residency.corpus.model import Chunk, Section, chunk_id, chunk_index_text, c
 from residency.corpus.sentences import Span, split_long, split_sentences
 from residency.errors import ConfigError
 from residency.retrieval import Embedder
+from residency.stats import percentile as interpolated_percentile
 
 
 def check_chunker_settings(settings: ChunkerSettings) -> None:
@@ -71,7 +72,7 @@ def semantic_starts(
         raise ValueError(f"{len(lengths)} sentences need {len(lengths) - 1} similarities")
     if not lengths:
         return []
-    threshold = float(np.percentile(similarities, percentile)) if similarities else 0.0
+    threshold = interpolated_percentile(similarities, percentile / 100) if similarities else 0.0
     min_chars, max_chars = min_factor * target_chars, max_factor * target_chars
     starts, current = [0], lengths[0]
     for i in range(1, len(lengths)):

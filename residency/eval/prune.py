@@ -14,7 +14,6 @@ with a question set, the index given (or the sample corpus's).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,6 @@ from residency.eval.prune_report import (
     DEFAULT_PRUNE_K,
     DEFAULT_PRUNE_LIMIT,
     KeptFigures,
-    LatencyFigures,
     PruneEvalReport,
     PruneEvalSettings,
 )
@@ -46,6 +44,7 @@ from residency.serve.pruner import (
     prune_sync,
 )
 from residency.serve.pruner_settings import PRUNER_FLAG, PrunerSettings
+from residency.stats import TimingStats
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 
@@ -71,25 +70,6 @@ def sample_questions(questions: Sequence[Question], limit: int) -> list[Question
     if limit >= len(answerable):
         return answerable
     return [answerable[i * len(answerable) // limit] for i in range(limit)]
-
-
-def _percentile(sorted_values: Sequence[float], share: float) -> float:
-    """Nearest-rank percentile (p95 of 20 values is the 19th)."""
-    rank = max(1, -(-len(sorted_values) * share // 1))
-    return sorted_values[int(rank) - 1]
-
-
-def latency_figures(elapsed_s: Sequence[float]) -> LatencyFigures:
-    """Mean, p50, p95 and max of per-call seconds (zeros when there were no calls)."""
-    if not elapsed_s:
-        return LatencyFigures(mean_s=0.0, p50_s=0.0, p95_s=0.0, max_s=0.0)
-    values = sorted(elapsed_s)
-    return LatencyFigures(
-        mean_s=statistics.fmean(values),
-        p50_s=statistics.median(values),
-        p95_s=_percentile(values, 0.95),
-        max_s=values[-1],
-    )
 
 
 def kept_figures(
@@ -170,7 +150,7 @@ def evaluate_pruning(
         machine=machine_info(),
         questions=len(asked),
         rows=rows,
-        latency=latency_figures([a.result.elapsed_s for a in asked]),
+        latency=TimingStats.of([a.result.elapsed_s for a in asked]),
         invalid_outputs=sum(r.failure == "invalid_output" for r in failed),
         upstream_errors=sum(r.failure == "upstream" for r in failed),
         first_error=(failed[0].error or "")[:2000] if failed else None,

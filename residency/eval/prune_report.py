@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.machine import MachineInfo
 from residency.routing import DEFAULT_K
+from residency.stats import TimingStats
 
 DEFAULT_PRUNE_K = DEFAULT_K  # the router's long-tail k
 DEFAULT_PRUNE_LIMIT = 200
@@ -32,17 +33,6 @@ class KeptFigures(BaseModel):
     gold_kept_share: float | None = Field(
         ge=0, le=1, description="gold_kept / gold_retrieved (None when no gold was retrieved)."
     )
-
-
-class LatencyFigures(BaseModel):
-    """Seconds each pruner call added, over every call."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    mean_s: float = Field(ge=0, description="Mean seconds per call.")
-    p50_s: float = Field(ge=0, description="Median seconds per call.")
-    p95_s: float = Field(ge=0, description="95th percentile seconds per call.")
-    max_s: float = Field(ge=0, description="Slowest call.")
 
 
 class PruneEvalSettings(BaseModel):
@@ -73,7 +63,7 @@ class PruneEvalReport(BaseModel):
     rows: tuple[KeptFigures, ...] = Field(
         max_length=8, description="pruner, floor only, grades only: same retrievals, same grades."
     )
-    latency: LatencyFigures = Field(description="Seconds each pruner call added.")
+    latency: TimingStats = Field(description="Seconds each pruner call added.")
     invalid_outputs: int = Field(ge=0, description="Calls whose reply was not schema-valid.")
     upstream_errors: int = Field(ge=0, description="Calls that got no usable HTTP reply.")
     first_error: str | None = Field(
