@@ -21,7 +21,7 @@ from residency.cli.qdrant_options import (
     qdrant_backend,
 )
 from residency.errors import ConfigError
-from residency.eval.retrieval import HISTORY_FILE, METRICS
+from residency.eval.defaults import HISTORY_FILE, METRICS
 
 if TYPE_CHECKING:
     from residency.eval.retrieval import RetrievalEvalReport

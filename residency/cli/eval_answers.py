@@ -14,12 +14,7 @@ from rich.markup import escape
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import compact_table, echo_json
 from residency.errors import ConfigError
-from residency.eval.answers.records import (
-    DEFAULT_JUDGE_MAX_TOKENS,
-    DEFAULT_K,
-    DEFAULT_MAX_TOKENS,
-    STRATEGIES,
-)
+from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS, DEFAULT_K, DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
     from residency.eval.answers.records import (
@@ -151,6 +146,7 @@ def answers(
 
 def _strategies(given: list[str], router: str | None) -> tuple[StrategyName, ...]:
     """The --strategy values, checked, or the default set."""
+    from residency.eval.answers.records import STRATEGIES
     from residency.eval.answers.run import default_strategies
 
     if not given:

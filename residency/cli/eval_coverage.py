@@ -13,8 +13,13 @@ from rich.markup import escape
 from residency.cli.options import JsonOption
 from residency.cli.output import compact_table, echo_json, pct
 from residency.errors import ConfigError
-from residency.eval.coverage_report import COVERAGE_CACHE, DEFAULT_PREFETCH
-from residency.eval.traffic import DEFAULT_EVAL_SIZE, DEFAULT_LOG_SIZE, DEFAULT_ZIPF_S
+from residency.eval.defaults import (
+    COVERAGE_CACHE,
+    DEFAULT_EVAL_SIZE,
+    DEFAULT_LOG_SIZE,
+    DEFAULT_PREFETCH,
+    DEFAULT_ZIPF_S,
+)
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 
 if TYPE_CHECKING:

@@ -14,8 +14,7 @@ from rich.markup import escape
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import echo_json, pct
 from residency.errors import ConfigError
-from residency.eval.coverage_report import COVERAGE_CACHE
-from residency.eval.prune_report import DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
+from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
 from residency.serve.pruner_settings import PRUNER_SERVER_FLAG, PrunerSettings
 
 if TYPE_CHECKING:

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 from residency.corpus.model import Chunk, Section
 from residency.eval.coverage_report import (
-    DEFAULT_PREFETCH,
     CoverageMetrics,
     CoverageReport,
     CoverageSettings,
@@ -46,6 +45,7 @@ from residency.eval.coverage_report import (
     SeedStat,
     StrategyResult,
 )
+from residency.eval.defaults import DEFAULT_PREFETCH
 from residency.eval.questions import UNTYPED, Question
 from residency.eval.traffic import TrafficStats
 from residency.index import Index, manifest_hash

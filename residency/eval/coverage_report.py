@@ -8,11 +8,6 @@ import datetime as dt
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.eval.traffic import TrafficStats
-from residency.paths import cache_root
-
-DEFAULT_PREFETCH = 40  # chunks each retriever fetches before fusion
-# Where `eval coverage --squad` (and `eval prune`) keep the SQuAD index and its tokenizer.
-COVERAGE_CACHE = cache_root() / "coverage"
 
 
 class CoverageMetrics(BaseModel):

@@ -21,14 +21,13 @@ from planner.budget import compute_resident_budget
 from residency.corpus.squad import import_squad
 from residency.errors import ConfigError
 from residency.eval.coverage import (
-    DEFAULT_PREFETCH,
     RAG_BASELINE_KS,
     CoverageReport,
     ResidentSet,
     StrategyResult,
     evaluate_coverage,
 )
-from residency.eval.coverage_report import COVERAGE_CACHE
+from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PREFETCH
 from residency.eval.questions import load_questions
 from residency.eval.seeds import RANDOM_DRAWS, across_seeds, mean_row
 from residency.eval.traffic import TrafficOptions, simulate_traffic

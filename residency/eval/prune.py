@@ -22,11 +22,9 @@ import httpx
 
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
 from residency.errors import ConfigError, CorpusError
-from residency.eval.coverage_report import COVERAGE_CACHE
 from residency.eval.coverage_runs import squad_corpus, squad_index
+from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
 from residency.eval.prune_report import (
-    DEFAULT_PRUNE_K,
-    DEFAULT_PRUNE_LIMIT,
     KeptFigures,
     PruneEvalReport,
     PruneEvalSettings,

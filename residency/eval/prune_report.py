@@ -1,17 +1,12 @@
 """The pruner eval's report (`residency eval prune --json`): context removed and gold evidence kept
-per way of choosing chunks, the latency the pruner adds, and its defaults; apart from the eval
-itself (residency/eval/prune.py), so the CLI declares its flags without importing the clients."""
+per way of choosing chunks, and the latency the pruner adds (the eval: residency/eval/prune.py)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.machine import MachineInfo
-from residency.routing import DEFAULT_K
 from residency.stats import TimingStats
-
-DEFAULT_PRUNE_K = DEFAULT_K  # the router's long-tail k
-DEFAULT_PRUNE_LIMIT = 200
 
 
 class KeptFigures(BaseModel):

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.atomic import append_line
 from residency.errors import ConfigError
+from residency.eval.defaults import METRICS
 from residency.eval.questions import UNTYPED, Question
 
 if TYPE_CHECKING:
@@ -31,16 +32,6 @@ if TYPE_CHECKING:
 K_VALUES = (1, 3, 5, 10)
 MAX_K = 10
 QUERY_BATCH = 64
-# Budget / display name -> MetricSet field.
-METRICS: dict[str, str] = {
-    "R@1": "recall_at_1",
-    "R@3": "recall_at_3",
-    "R@5": "recall_at_5",
-    "R@10": "recall_at_10",
-    "MRR@10": "mrr_at_10",
-    "nDCG@10": "ndcg_at_10",
-}
-HISTORY_FILE = "eval-history.jsonl"
 
 
 def recall_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:

@@ -19,7 +19,8 @@ import orjson
 from pydantic import ValidationError
 
 from residency.errors import ResidencyError, UpstreamError
-from residency.eval.answers.records import DEFAULT_JUDGE_MAX_TOKENS, Grade
+from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS
+from residency.eval.answers.records import Grade
 from residency.vllm_client import VllmClient
 
 JUDGE_INSTRUCTIONS = (

@@ -11,11 +11,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from residency.eval.questions import read_records
 from residency.machine import MachineInfo
 
-# The job's defaults live here, beside the shapes, so `eval answers --help` reads them without
-# importing the client or the index.
-DEFAULT_K = 3  # the reference measurement's RAG top-3 (docs/design/background.md)
-DEFAULT_MAX_TOKENS = 256
-DEFAULT_JUDGE_MAX_TOKENS = 64
 StrategyName = Literal["echo", "rag", "whole", "residency"]
 STRATEGIES: tuple[StrategyName, ...] = ("echo", "rag", "whole", "residency")
 # A strategy's label in reports: "echo", "rag-top3", "rag-top5", "whole", "residency".

@@ -13,6 +13,7 @@ import orjson
 
 from residency.atomic import append_line, write_bytes_atomic
 from residency.errors import ConfigError
+from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS, DEFAULT_K, DEFAULT_MAX_TOKENS
 from residency.eval.answers.generate import (
     AnswerStrategy,
     EchoStrategy,
@@ -25,9 +26,6 @@ from residency.eval.answers.generate import (
 )
 from residency.eval.answers.judge import Judge, JudgeError
 from residency.eval.answers.records import (
-    DEFAULT_JUDGE_MAX_TOKENS,
-    DEFAULT_K,
-    DEFAULT_MAX_TOKENS,
     STRATEGIES,
     AnswerEvalReport,
     AnswerQuestion,
