@@ -52,6 +52,7 @@ from residency.retrieval import (
 )
 from residency.retrieval.qdrant import CollectionIdentity, QdrantHybrid, QdrantSearch
 from residency.retrieval.qdrant_schema import QdrantOptions, connect
+from residency.stats import percentile
 
 QDRANT_BUDGET_S = 120.0
 IN_PROCESS_ROUNDS = 200
@@ -162,8 +163,8 @@ def run_per_query(benchmark: Any, fn: Callable[[int], object], n: int, rounds: i
 def percentiles(benchmark: Any) -> dict[str, float]:
     data = sorted(benchmark.stats.stats.sorted_data)
     return {
-        "p50_ms": round(1000 * float(np.percentile(data, 50)), 3),
-        "p95_ms": round(1000 * float(np.percentile(data, 95)), 3),
+        "p50_ms": round(1000 * percentile(data, 0.50), 3),
+        "p95_ms": round(1000 * percentile(data, 0.95), 3),
         "rounds": len(data),
     }
 

@@ -34,6 +34,7 @@ from residency.planning.plan_model import read_plan
 from residency.serve.context import ContextBuilder
 from residency.serve.prompt import assemble_messages
 from residency.serve.settings import ServeSettings
+from residency.stats import percentile
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 
@@ -114,11 +115,6 @@ def _timed_post(client: httpx.Client, url: str, body: dict[str, Any]) -> float:
     return elapsed
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def test_router_overhead_on_the_resident_route(
     benchmark: BenchmarkFixture, setup: dict[str, Any]
 ) -> None:
@@ -160,22 +156,22 @@ def test_router_overhead_on_the_resident_route(
     forward_ms = [x["forward_ms"] for x in recent]
     figures = {
         "pairs": len(pairs),
-        "direct_p50_ms": _percentile(direct_ms, 0.50),
-        "direct_p95_ms": _percentile(direct_ms, 0.95),
-        "router_p50_ms": _percentile(routed_ms, 0.50),
-        "router_p95_ms": _percentile(routed_ms, 0.95),
+        "direct_p50_ms": percentile(direct_ms, 0.50),
+        "direct_p95_ms": percentile(direct_ms, 0.95),
+        "router_p50_ms": percentile(routed_ms, 0.50),
+        "router_p95_ms": percentile(routed_ms, 0.95),
         # The targets: how much later the router's latency distribution sits than vLLM's.
-        "overhead_p50_ms": _percentile(routed_ms, 0.50) - _percentile(direct_ms, 0.50),
-        "overhead_p95_ms": _percentile(routed_ms, 0.95) - _percentile(direct_ms, 0.95),
+        "overhead_p50_ms": percentile(routed_ms, 0.50) - percentile(direct_ms, 0.50),
+        "overhead_p95_ms": percentile(routed_ms, 0.95) - percentile(direct_ms, 0.95),
         # Per pair (each pair carries vLLM's jitter twice, so its tail is mostly noise).
-        "paired_p50_ms": _percentile(paired_ms, 0.50),
-        "paired_p95_ms": _percentile(paired_ms, 0.95),
-        "noise_p50_ms": _percentile(noise_ms, 0.50),
-        "noise_p95_ms": _percentile(noise_ms, 0.95),
+        "paired_p50_ms": percentile(paired_ms, 0.50),
+        "paired_p95_ms": percentile(paired_ms, 0.95),
+        "noise_p50_ms": percentile(noise_ms, 0.50),
+        "noise_p95_ms": percentile(noise_ms, 0.95),
         # The router's own work before forwarding, timed inside it (parse, BM25, assembly).
-        "forward_p50_ms": _percentile(forward_ms, 0.50),
-        "forward_p95_ms": _percentile(forward_ms, 0.95),
-        "retrieval_p50_ms": _percentile([x["retrieval_ms"] for x in recent], 0.50),
+        "forward_p50_ms": percentile(forward_ms, 0.50),
+        "forward_p95_ms": percentile(forward_ms, 0.95),
+        "retrieval_p50_ms": percentile([x["retrieval_ms"] for x in recent], 0.50),
     }
     benchmark.extra_info.update(figures)
     print(json.dumps(figures, indent=2))

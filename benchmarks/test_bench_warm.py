@@ -38,7 +38,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from residency.index import IndexOptions, build_index
 from residency.planning.plan_model import read_plan
 from residency.tokenizer import LocalTokenizer
-from residency.vllm_client import VllmClient
+from residency.vllm_client import VllmClient, parse_prometheus
 from residency.warm import WarmOptions, WarmReport, warm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -259,9 +259,9 @@ def test_residency_under_eviction_pressure(
             out, _ = agent.communicate(timeout=60)
         results["agent_events"] = [json.loads(line)["event"] for line in out.splitlines()]
         results["agent_metrics"] = {
-            line.split()[0]: float(line.split()[1])
-            for line in agent_metrics.splitlines()
-            if line.startswith("residency_warm_") and "_created" not in line
+            sample.name: sample.value
+            for sample in parse_prometheus(agent_metrics)
+            if sample.name.startswith("residency_warm_") and not sample.name.endswith("_created")
         }
 
     benchmark.pedantic(run, rounds=1, iterations=1)

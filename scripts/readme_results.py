@@ -320,7 +320,7 @@ def prune_section(path: Path | None) -> list[str]:
         f"The listwise pruner with {s['model']} as grader (`residency eval prune`, "
         f"{report['questions']} questions of `{_shown_path(s['source'])}`, top-{s['k']} "
         f"chunks, threshold {s['threshold']}, keep-top-k {s['keep_top_k']}; measured on "
-        f"{_report_machine(report)}; added latency p50 {lat['p50_s']:.2f} s, p95 "
+        f"{_report_machine(report)}; added latency p50 {lat['median_s']:.2f} s, p95 "
         f"{lat['p95_s']:.2f} s; {report['invalid_outputs']} invalid replies, "
         f"{report['upstream_errors']} upstream errors):",
         "",

@@ -36,6 +36,7 @@ from residency.planning.plan_model import read_plan  # noqa: E402
 from residency.serve.context import ContextBuilder  # noqa: E402
 from residency.serve.prompt import assemble_messages  # noqa: E402
 from residency.serve.settings import ServeSettings  # noqa: E402
+from residency.stats import percentile  # noqa: E402
 from residency.tokenizer import LocalTokenizer  # noqa: E402
 
 QUESTIONS = (
@@ -68,8 +69,7 @@ def _post(client: httpx.Client, url: str, body: dict[str, Any]) -> float:
 
 
 def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] * 1000
+    return percentile(values, q) * 1000
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ from residency.corpus.samples import DATA_ROOT
 from residency.models import smollm2
 from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
-from residency.serve.pruner import PRUNER_SERVER_ARGS
+from residency.serve.pruner_settings import PRUNER_SERVER_ARGS
 
 # Everything in this process and the servers it starts stays offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -15,13 +15,11 @@ from vllm_server import REPO_ROOT, VllmServer
 from residency.bench import (
     BenchOptions,
     BenchReport,
-    TtftStats,
     dump_report,
     load_report,
     plot_bench,
     run_bench,
 )
-from residency.bench.report import percentile
 from residency.bench.ttft import salted
 from residency.index import IndexOptions, build_index
 from residency.tokenizer import LocalTokenizer
@@ -53,25 +51,8 @@ def run_bench_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProce
     )
 
 
-@pytest.mark.parametrize(
-    ("samples", "q", "expected"),
-    [
-        pytest.param([1.0, 2.0, 4.0], 0.5, 2.0, id="median-of-3"),
-        pytest.param([1.0, 2.0, 4.0, 8.0], 0.5, 3.0, id="median-of-4-interpolates"),
-        pytest.param([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 0.1, 1.5, id="p10-of-6"),
-        pytest.param([7.0], 0.9, 7.0, id="one-sample"),
-    ],
-)
-def test_percentile_interpolates_like_numpy(
-    samples: list[float], q: float, expected: float
-) -> None:
-    assert percentile(samples, q) == pytest.approx(expected)
-
-
 def test_salt_replaces_the_last_tokens_and_keeps_the_length() -> None:
     assert salted([9, 8], [1, 2, 3, 4]) == [9, 8, 1, 2]
-    stats = TtftStats.of([3.0, 1.0, 2.0])
-    assert (stats.min_s, stats.median_s, stats.max_s) == (1.0, 2.0, 3.0)
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
+import typer.core
 import typer.main
 from typer.testing import CliRunner
 
@@ -58,3 +59,29 @@ def test_profile_names_are_whole_at_80_columns() -> None:
     assert result.exit_code == 0, result.output
     for name in (*gpu_profile_names(), *model_profile_names()):
         assert re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w.-])", result.output), name
+
+
+def _groups() -> list[tuple[tuple[str, ...], typer.core.TyperGroup]]:
+    root = typer.main.get_command(app)
+    assert isinstance(root, typer.core.TyperGroup)
+    found = [((), root)]
+    for name, child in root.commands.items():
+        if isinstance(child, typer.core.TyperGroup):
+            found.append(((name,), child))
+    return found
+
+
+GROUPS = _groups()
+
+
+@pytest.mark.parametrize(("path", "group"), GROUPS, ids=[" ".join(p) or "root" for p, _ in GROUPS])
+def test_a_group_lists_every_command_with_its_help_at_80_columns(
+    path: tuple[str, ...], group: typer.core.TyperGroup
+) -> None:
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH)})
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.output.splitlines()) <= WIDTH
+    assert "…" not in result.output
+    for name, command in group.commands.items():
+        first_words = " ".join((command.help or "").split()[:2])
+        assert re.search(rf"│ {re.escape(name)} +{re.escape(first_words)}", result.output), name

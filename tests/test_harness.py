@@ -22,6 +22,7 @@ from residency.models.tokenizer import (
     corpus_texts,
     train_tokenizer,
 )
+from residency.vllm_client.metrics import find_samples, parse_prometheus
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JAPANESE = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
@@ -38,11 +39,9 @@ def _japanese_passage(min_chars: int = 200) -> str:
 
 def _labels(metrics_text: str, metric: str) -> dict[str, str]:
     """Labels of the first sample of metric in a Prometheus text exposition."""
-    for line in metrics_text.splitlines():
-        if line.startswith(metric + "{"):
-            body = line[len(metric) + 1 : line.rindex("}")]
-            return dict(re.findall(r'(\w+)="([^"]*)"', body))
-    raise AssertionError(f"{metric} not found in /metrics")
+    found = find_samples(parse_prometheus(metrics_text), metric)
+    assert found, f"{metric} not found in /metrics"
+    return found[0].labels
 
 
 def _post(server: VllmServer, path: str, payload: dict[str, Any]) -> dict[str, Any]:

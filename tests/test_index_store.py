@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from residency.corpus.chunking import ChunkerSettings
+from residency.corpus.chunker_settings import ChunkerSettings
 from residency.corpus.loader import load_corpus
 from residency.corpus.model import SectionHit, collapse_to_sections, section_id_of
 from residency.errors import ConfigError, CorpusError

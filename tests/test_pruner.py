@@ -28,24 +28,23 @@ from residency.eval.prune import (
     MEANINGLESS_GRADES_NOTE,
     PrunedQuestion,
     PruneEvalJob,
-    PruneEvalReport,
     kept_figures,
-    latency_figures,
     run_prune_eval,
     sample_questions,
     served_model,
 )
+from residency.eval.prune_report import PruneEvalReport
 from residency.eval.questions import Question
 from residency.serve.pruner import (
     Passage,
     PruneResult,
-    PrunerSettings,
     build_request,
     grade_schema,
     keep_ids,
     prune,
     prune_sync,
 )
+from residency.serve.pruner_settings import PrunerSettings
 from residency.vllm_client import open_session
 
 PASSAGES = (
@@ -372,15 +371,6 @@ def test_sample_questions_stride() -> None:
     picked = sample_questions(qs, 4)
     assert [q.query for q in picked] == ["q1", "q6", "q11", "q16"]  # 16 answerable, stride 4
     assert len(sample_questions(qs, 100)) == 16
-
-
-def test_latency_figures() -> None:
-    lat = latency_figures([0.1 * i for i in range(1, 21)])  # 0.1 .. 2.0
-    assert lat.p50_s == pytest.approx(1.05)
-    assert lat.p95_s == pytest.approx(1.9)  # nearest rank: the 19th of 20
-    assert lat.mean_s == pytest.approx(1.05)
-    assert lat.max_s == pytest.approx(2.0)
-    assert latency_figures([]).p95_s == 0.0
 
 
 def test_kept_figures() -> None:

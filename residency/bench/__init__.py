@@ -4,19 +4,26 @@ May import: planner, the cross-cutting modules, capacity, corpus, eval, index, m
 retrieval, serve, timex, warm.
 """
 
-from residency.bench.coverage_curve import DEFAULT_BUDGET_FRACTIONS, coverage_vs_budget
-from residency.bench.plot import plot_bench, render_png
-from residency.bench.report import (
-    BenchReport,
-    CoverageCurve,
-    CoveragePoint,
-    LengthResult,
-    TtftStats,
-    dump_report,
-    load_report,
-    write_report,
-)
-from residency.bench.ttft import DEFAULT_LENGTHS, BenchOptions, check_lengths, run_bench
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from residency.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from residency.bench.coverage_curve import DEFAULT_BUDGET_FRACTIONS, coverage_vs_budget
+    from residency.bench.options import DEFAULT_LENGTHS, BenchOptions
+    from residency.bench.plot import plot_bench, render_png
+    from residency.bench.report import (
+        BenchReport,
+        CoverageCurve,
+        CoveragePoint,
+        LengthResult,
+        dump_report,
+        load_report,
+        write_report,
+    )
+    from residency.bench.ttft import check_lengths, run_bench
 
 __all__ = [
     "DEFAULT_BUDGET_FRACTIONS",
@@ -26,7 +33,6 @@ __all__ = [
     "CoverageCurve",
     "CoveragePoint",
     "LengthResult",
-    "TtftStats",
     "check_lengths",
     "coverage_vs_budget",
     "dump_report",
@@ -36,3 +42,5 @@ __all__ = [
     "run_bench",
     "write_report",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

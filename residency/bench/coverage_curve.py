@@ -16,13 +16,13 @@ from planner import InfeasiblePlanError
 from residency.bench.report import CoverageCurve, CoveragePoint
 from residency.errors import ConfigError
 from residency.eval.coverage import (
-    DEFAULT_PREFETCH,
     RAG_BASELINE_KS,
     ResidentSet,
     chunk_token_counts,
     evaluate_resident_set,
     rank_queries,
 )
+from residency.eval.defaults import DEFAULT_PREFETCH
 from residency.eval.questions import load_questions
 from residency.index import BuildProgress, Index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -13,44 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.atomic import write_bytes_atomic
 from residency.machine import MachineInfo
+from residency.stats import TimingStats
 from residency.vllm_client import TTFT_METHOD
 
 CachedSource = Literal["usage", "metrics"]
-
-
-class TtftStats(BaseModel):
-    """Order statistics of a few TTFT samples (p10/p90 interpolate linearly between them)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    n: int = Field(ge=1, le=10_000, description="Samples.")
-    median_s: float = Field(ge=0, le=86_400, description="Median TTFT, seconds.")
-    p10_s: float = Field(ge=0, le=86_400, description="10th percentile, seconds.")
-    p90_s: float = Field(ge=0, le=86_400, description="90th percentile, seconds.")
-    min_s: float = Field(ge=0, le=86_400, description="Fastest sample, seconds.")
-    max_s: float = Field(ge=0, le=86_400, description="Slowest sample, seconds.")
-
-    @classmethod
-    def of(cls, samples_s: Sequence[float]) -> TtftStats:
-        """Stats of at least one sample."""
-        ordered = sorted(samples_s)
-        return cls(
-            n=len(ordered),
-            median_s=percentile(ordered, 0.5),
-            p10_s=percentile(ordered, 0.1),
-            p90_s=percentile(ordered, 0.9),
-            min_s=ordered[0],
-            max_s=ordered[-1],
-        )
-
-
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between order statistics (numpy's default); e.g. [1, 2, 4], 0.5: 2."""
-    if not ordered:
-        raise ValueError("percentile of no samples")
-    pos = q * (len(ordered) - 1)
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 class LengthResult(BaseModel):
@@ -63,8 +27,8 @@ class LengthResult(BaseModel):
     expected_cached_tokens: int = Field(
         ge=0, le=10_000_000, description="floor((prompt - 1) / block) * block: a full warm hit."
     )
-    cold: TtftStats = Field(description="Sends with a never-seen salt at the start.")
-    warm: TtftStats = Field(description="Timed repeats after admission.")
+    cold: TimingStats = Field(description="Sends with a never-seen salt at the start.")
+    warm: TimingStats = Field(description="Timed repeats after admission.")
     warm_over_cold: float | None = Field(
         ge=0, le=1_000, description="Median warm / median cold TTFT."
     )

@@ -19,49 +19,19 @@ import secrets
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from residency.bench.report import BenchReport, CachedSource, LengthResult, TtftStats
+from residency.bench.options import BenchOptions
+from residency.bench.report import BenchReport, CachedSource, LengthResult
 from residency.errors import ConfigError, UpstreamError
 from residency.index import BuildProgress
 from residency.machine import machine_info
 from residency.planning.plan_model import ResidencyPlan
-from residency.planning.run import SAMPLE_CORPUS
+from residency.stats import TimingStats
 from residency.vllm_client import SendResult, VllmClient
 from residency.warm import shared_prefix_ids
 
-DEFAULT_LENGTHS: tuple[int, ...] = (2000, 8000, 16000, 30000)
 OUTPUT_TOKENS = 1  # max_tokens of every send: vLLM needs prompt + max_tokens <= max_model_len
 _TOKENIZE_CHARS = 4000  # /tokenize the text in pieces, so no request nears max_model_len
 _TEXT_SUFFIXES = (".md", ".txt", ".jsonl")
-
-
-class BenchOptions(BaseModel):
-    """What `residency bench` measures and how it talks to the server."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    server: str = Field(min_length=1, max_length=4096, description="--server: vLLM base URL.")
-    model: str | None = Field(
-        default=None, max_length=4096, description="--model (default: the only served model)."
-    )
-    lengths: tuple[int, ...] = Field(
-        default=DEFAULT_LENGTHS, max_length=64, description="--lengths: prompt tokens per row."
-    )
-    repeats: int = Field(default=5, ge=1, le=1_000, description="--repeats: timed warm sends.")
-    cold_repeats: int = Field(
-        default=3, ge=1, le=1_000, description="--cold-repeats: salted cold sends per length."
-    )
-    max_sightings: int = Field(
-        default=4, ge=0, le=64, description="Untimed re-sends of the warm prompt until one hits."
-    )
-    request_timeout_s: float = Field(
-        default=600.0, gt=0, le=86_400, description="Seconds one send may take."
-    )
-    api_key: str | None = Field(default=None, max_length=4096, description="--api-key.")
-    text_dir: Path = Field(
-        default=SAMPLE_CORPUS, description="Corpus whose text fills the prompts (no --plan)."
-    )
 
 
 def check_lengths(lengths: Sequence[int], max_model_len: int, block_size: int) -> None:
@@ -171,8 +141,8 @@ def measure_prompt(
         warm.append(client.prefill(model, warm_prompt))
         if progress is not None:
             progress.advance(1)
-    cold_stats = TtftStats.of([s.ttft_s for s in cold])
-    warm_stats = TtftStats.of([s.ttft_s for s in warm])
+    cold_stats = TimingStats.of([s.ttft_s for s in cold])
+    warm_stats = TimingStats.of([s.ttft_s for s in warm])
     return LengthResult(
         label=label,
         prompt_tokens=n,

@@ -11,9 +11,14 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from planner import ModelConfigError, ModelSpec, model_spec_from_hf_config
+from planner.errors import ModelConfigError
+from planner.model_spec import ModelSpec, model_spec_from_hf_config
 from residency.errors import ProfileError
 from residency.paths import data_root
+
+# What `residency plan` sizes when no --gpu / --model is given.
+DEFAULT_PROFILE = "rtx4070-12gb"
+DEFAULT_MODEL = "qwen3.5-4b-fp8"
 
 PROFILES_ENV = "RESIDENCY_PROFILES_DIR"
 

@@ -18,13 +18,15 @@ from planner import (
 )
 from planner.units import KVCacheDType, MambaDType
 from residency.capacity.gpu import LiveGpu
-from residency.capacity.profiles import ResolvedModel, resolve_model
+from residency.capacity.profiles import (
+    DEFAULT_MODEL,
+    DEFAULT_PROFILE,
+    ResolvedModel,
+    resolve_model,
+)
 from residency.capacity.ranks import estimate_rank_memory, read_host_gpus
 from residency.errors import ConfigError
 from residency.vllm_client import VllmClient
-
-DEFAULT_PROFILE = "rtx4070-12gb"
-DEFAULT_MODEL = "qwen3.5-4b-fp8"
 
 
 class CapacityRequest(BaseModel):

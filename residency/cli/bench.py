@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress
-from rich.table import Table
 
-from residency.bench.coverage_curve import coverage_vs_budget
-from residency.bench.plot import plot_bench
-from residency.bench.report import BenchReport, TtftStats, dump_report
-from residency.bench.ttft import DEFAULT_LENGTHS, BenchOptions, run_bench
+from residency.bench.options import DEFAULT_LENGTHS
 from residency.cli.options import ColdRepeatsOption, RepeatsOption, VllmApiKeyOption
-from residency.cli.progress import BarProgress
 from residency.errors import ConfigError
-from residency.planning.plan_model import read_plan
+
+if TYPE_CHECKING:
+    from residency.bench.report import BenchReport
+    from residency.stats import TimingStats
 
 _DEFAULT_LENGTHS = ",".join(map(str, DEFAULT_LENGTHS))
 
@@ -59,6 +56,16 @@ def bench(
     api_key: VllmApiKeyOption = None,
 ) -> None:
     """Measure cold (never-seen prefix) and warm (cached) TTFT per prompt length on a server."""
+    from rich.progress import Progress
+
+    from residency.bench.coverage_curve import coverage_vs_budget
+    from residency.bench.options import BenchOptions
+    from residency.bench.plot import plot_bench
+    from residency.bench.report import dump_report
+    from residency.bench.ttft import run_bench
+    from residency.cli.progress import BarProgress
+    from residency.planning.plan_model import read_plan
+
     options = BenchOptions(
         server=server,
         model=model,
@@ -87,12 +94,14 @@ def bench(
         Console(soft_wrap=True).print(f"plot: {escape(str(plot))}")
 
 
-def _spread(stats: TtftStats) -> str:
+def _spread(stats: TimingStats) -> str:
     return f"{stats.median_s:.3f} ({stats.p10_s:.3f}-{stats.p90_s:.3f})"
 
 
 def render(report: BenchReport, console: Console) -> None:
     """The TTFT table (medians, p10-p90), the cache evidence, coverage and warnings."""
+    from rich.table import Table
+
     table = Table(
         title=f"TTFT on {escape(report.served_model)} at {report.server} "
         f"(block {report.block_size}, max_model_len {report.max_model_len:,})",

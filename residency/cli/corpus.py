@@ -11,7 +11,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from residency.cli.options import JsonOption
-from residency.corpus.squad import import_squad as run_import
 
 app = typer.Typer(name="corpus", help="Corpus tools.", no_args_is_help=True)
 
@@ -26,6 +25,8 @@ def import_squad(
     json: JsonOption = False,
 ) -> None:
     """Turn a SQuAD-style file into a corpus (a section per paragraph) and a questions file."""
+    from residency.corpus.squad import import_squad as run_import
+
     report = run_import(file, outdir, force=force)
     if json:
         typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))

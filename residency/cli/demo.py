@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from residency.cli.bench import parse_lengths
-from residency.cli.bench import render as render_bench
 from residency.cli.options import ColdRepeatsOption, RepeatsOption
-from residency.demo import DemoOptions, DemoReport, Terminated, run_demo
 from residency.demo.budget import DEFAULT_TIME_BUDGET_S
-from residency.demo.report import DemoModel
+from residency.demo.options import DemoModel
+
+if TYPE_CHECKING:
+    from residency.demo.report import DemoReport
 
 
 def demo(
@@ -63,6 +62,12 @@ def demo(
 ) -> None:
     """Build a local model, start vLLM's CPU server, plan, warm, ask through the router (real
     answers), compare cold and warm TTFT, draw the picture, then stop everything it started."""
+    import orjson
+
+    from residency.demo.options import DemoOptions
+    from residency.demo.run import run_demo
+    from residency.demo.servers import Terminated
+
     options = DemoOptions(
         out_dir=out,
         model=model,
@@ -101,6 +106,10 @@ def _prefixes(report: DemoReport) -> str:
 def render(report: DemoReport, console: Console) -> None:
     """The machine, the questions with their answers, the TTFT table, the artefacts, and the
     servers if kept up."""
+    from rich.table import Table
+
+    from residency.cli.bench import render as render_bench
+
     console.print(f"[bold]machine[/]: {escape(report.machine.describe())}", highlight=False)
     console.print(
         f"[bold]model[/]: {escape(report.served_model)} ({report.model}); "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,7 +12,6 @@ from rich.table import Table
 
 from residency.cli.options import JsonOption
 from residency.cli.output import echo_json
-from residency.cli.progress import progress_bar
 from residency.cli.qdrant_options import (
     FusionChoice,
     QdrantApiKey,
@@ -22,17 +21,10 @@ from residency.cli.qdrant_options import (
     qdrant_backend,
 )
 from residency.errors import ConfigError
-from residency.eval.questions import load_questions
-from residency.eval.retrieval import (
-    HISTORY_FILE,
-    METRICS,
-    RetrievalEvalReport,
-    append_history,
-    evaluate_retrieval,
-    parse_budget,
-)
-from residency.index import open_index
-from residency.retrieval import DEFAULT_WEIGHTS
+from residency.eval.defaults import HISTORY_FILE, METRICS
+
+if TYPE_CHECKING:
+    from residency.eval.retrieval import RetrievalEvalReport
 
 app = typer.Typer(
     name="eval",
@@ -48,6 +40,8 @@ def _parse_weights(items: list[str]) -> dict[str, float] | None:
     """--weight NAME=W items over the default fusion weights (None: the defaults)."""
     if not items:
         return None
+    from residency.retrieval import DEFAULT_WEIGHTS  # faiss, bm25s: only when a weight is given
+
     weights = dict(DEFAULT_WEIGHTS)
     for item in items:
         name, _, value = (part.strip() for part in item.partition("="))
@@ -100,6 +94,11 @@ def retrieval(
     qdrant_fusion: QdrantFusion = FusionChoice.rrf,
 ) -> None:
     """Recall@1/3/5/10, MRR@10 and nDCG@10 of BM25, dense and the fusion, per question type."""
+    from residency.cli.progress import progress_bar
+    from residency.eval.questions import load_questions
+    from residency.eval.retrieval import append_history, evaluate_retrieval, parse_budget
+    from residency.index import open_index
+
     budgets = [parse_budget(b) for b in (min_recall or [])]
     backend = qdrant_backend(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
     opened = open_index(index, weights=_parse_weights(weight or []), backend=backend)

@@ -5,7 +5,7 @@ scored by the reference scorer (and an LLM judge when given), side by side (regi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,25 +13,16 @@ from rich.markup import escape
 
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import compact_table, echo_json
-from residency.cli.progress import BarProgress, progress_bar
-from residency.corpus.samples import get_sample
 from residency.errors import ConfigError
-from residency.eval.answers import (
-    STRATEGIES,
-    AnswerEvalJob,
-    AnswerEvalReport,
-    ScoreSummary,
-    StrategyReport,
-    default_strategies,
-    load_answer_questions,
-    run_answer_eval,
-)
-from residency.eval.answers.judge import DEFAULT_JUDGE_MAX_TOKENS
-from residency.eval.answers.records import StrategyName
-from residency.eval.answers.run import DEFAULT_K, DEFAULT_MAX_TOKENS
-from residency.eval.answers.scoring import diagnose
-from residency.index import open_index
-from residency.planning.run import sample_index
+from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS, DEFAULT_K, DEFAULT_MAX_TOKENS
+
+if TYPE_CHECKING:
+    from residency.eval.answers.records import (
+        AnswerEvalReport,
+        ScoreSummary,
+        StrategyName,
+        StrategyReport,
+    )
 
 FAILURES_SHOWN = 20
 
@@ -113,6 +104,13 @@ def answers(
 ) -> None:
     """Generate answers per strategy, score them 0/1/2 against the reference (and an LLM judge),
     compare side by side, per question type."""
+    from residency.cli.progress import BarProgress, progress_bar
+    from residency.corpus.samples import get_sample
+    from residency.eval.answers.records import load_answer_questions
+    from residency.eval.answers.run import AnswerEvalJob, run_answer_eval
+    from residency.index import open_index
+    from residency.planning.run import sample_index
+
     if limit is not None and limit < 1:
         raise ConfigError(f"--limit {limit}: must be at least 1")
     names = _strategies(strategy or [], router)
@@ -148,6 +146,9 @@ def answers(
 
 def _strategies(given: list[str], router: str | None) -> tuple[StrategyName, ...]:
     """The --strategy values, checked, or the default set."""
+    from residency.eval.answers.records import STRATEGIES
+    from residency.eval.answers.run import default_strategies
+
     if not given:
         return default_strategies(router)
     out: list[StrategyName] = []
@@ -315,6 +316,8 @@ def _render_by_type(ran: list[StrategyReport], console: Console) -> None:
 
 def _render_failures(report: AnswerEvalReport, console: Console) -> None:
     """Answers not scored correct, with gold and retrieved ids: retrieval or generation miss."""
+    from residency.eval.answers.scoring import diagnose
+
     table = compact_table("Failures", ("strategy", "question", "type", "outcome", "why"), ())
     table.add_column("gold ids", max_width=36, overflow="fold")
     table.add_column("retrieved ids (route)", max_width=36, overflow="fold")

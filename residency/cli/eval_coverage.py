@@ -4,32 +4,28 @@ every strategy on a SQuAD-style file (registered on the `residency eval` app).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from residency.cli.options import JsonOption
 from residency.cli.output import compact_table, echo_json, pct
-from residency.cli.progress import BarProgress, progress_bar
 from residency.errors import ConfigError
-from residency.eval.coverage import DEFAULT_PREFETCH, CoverageMetrics, CoverageReport
-from residency.eval.coverage_runs import (
+from residency.eval.defaults import (
     COVERAGE_CACHE,
-    SimulationJob,
-    evaluate_plan_file,
-    run_simulations,
-)
-from residency.eval.traffic import (
     DEFAULT_EVAL_SIZE,
     DEFAULT_LOG_SIZE,
+    DEFAULT_PREFETCH,
     DEFAULT_ZIPF_S,
-    TrafficOptions,
-    check_traffic_options,
 )
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from residency.eval.coverage_report import CoverageMetrics, CoverageReport
 
 
 def coverage(
@@ -118,6 +114,10 @@ def coverage(
     json: JsonOption = False,
 ) -> None:
     """Share of questions whose gold evidence is resident or routed in, and the tokens it costs."""
+    from residency.cli.progress import BarProgress, progress_bar
+    from residency.eval.coverage_runs import SimulationJob, evaluate_plan_file, run_simulations
+    from residency.eval.traffic import TrafficOptions, check_traffic_options
+
     if (plan is None) == (squad is None):
         raise ConfigError(
             "pass either --plan PLAN.json --questions QA.jsonl (evaluate one plan) or "

@@ -5,28 +5,20 @@ question set with gold section ids, and the gold evidence it keeps (registered o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import echo_json, pct
-from residency.cli.progress import BarProgress, progress_bar
-from residency.corpus.samples import get_sample
 from residency.errors import ConfigError
-from residency.eval.coverage_runs import COVERAGE_CACHE
-from residency.eval.prune import (
-    DEFAULT_PRUNE_K,
-    DEFAULT_PRUNE_LIMIT,
-    PruneEvalJob,
-    PruneEvalReport,
-    run_prune_eval,
-)
-from residency.serve.pruner import PRUNER_SERVER_FLAG, PrunerSettings
+from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
+from residency.serve.pruner_settings import PRUNER_SERVER_FLAG, PrunerSettings
+
+if TYPE_CHECKING:
+    from residency.eval.prune_report import PruneEvalReport
 
 _DEFAULTS = PrunerSettings(url="http://localhost", model="-")
 
@@ -88,6 +80,10 @@ def prune(
     json: JsonOption = False,
 ) -> None:
     """Share of retrieved chunks the pruner removes, gold evidence kept, and the latency it adds."""
+    from residency.cli.progress import BarProgress, progress_bar
+    from residency.corpus.samples import get_sample
+    from residency.eval.prune import PruneEvalJob, run_prune_eval
+
     bar = progress_bar(json)
     if squad is not None and (questions is not None or index is not None):
         raise ConfigError("--squad brings its own questions and index: drop --questions/--index")
@@ -115,6 +111,9 @@ def prune(
 
 def render_prune(report: PruneEvalReport, console: Console) -> None:
     """Settings line, the kept-sets table, latency and failures."""
+    from rich import box
+    from rich.table import Table
+
     s = report.settings
     console.print(
         f"[bold]{report.questions}[/] questions ({escape(s.source)}), top-{s.k} chunks from "
@@ -139,7 +138,7 @@ def render_prune(report: PruneEvalReport, console: Console) -> None:
     console.print(table)
     lat = report.latency
     console.print(
-        f"added latency per call: mean {lat.mean_s:.3f} s, p50 {lat.p50_s:.3f} s, "
+        f"added latency per call: mean {lat.mean_s:.3f} s, p50 {lat.median_s:.3f} s, "
         f"p95 {lat.p95_s:.3f} s, max {lat.max_s:.3f} s",
         highlight=False,
     )

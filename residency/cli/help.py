@@ -6,6 +6,10 @@ negative names, types, help) and lets rich shrink them all when the terminal is 
 80 columns `--gpu-memory-utilization` printed as `--gpu-memory-utiliz…`. Here the first column
 (click's own help record: every name of the option and its metavar) is never shrunk; a name too
 long for it goes on its own line with the help indented below.
+
+Groups (`residency`, `residency eval`, ...) are drawn the same way, with a Commands panel of each
+command's first help paragraph, rewrapped: typer's own group help would also import its rich
+help module (rich.markdown, markdown-it: ~40 ms of every `--help`, issue #23).
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from typer import _click as click  # typer ships its own click; its commands are built on it
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 from typer.main import Typer
+from typer.models import DefaultPlaceholder
 
 DEFAULT_PANEL = "Options"
+COMMANDS_PANEL = "Commands"
 ARGUMENTS_PANEL = "Arguments"
 # The name column takes at most this share of the width; longer names get their own line.
 NAME_SHARE = 0.42
@@ -62,8 +68,16 @@ def _panel_body(rows: list[tuple[str, str, bool]], width: int) -> RenderableType
     return Group(*parts)
 
 
+def _first_paragraph(text: str | None) -> str:
+    """A docstring's first paragraph on one line (the line breaks of the source dropped)."""
+    if not text:
+        return ""
+    return " ".join(inspect.cleandoc(text).split("\f")[0].split("\n\n")[0].split())
+
+
 def render_command_help(command: click.Command, ctx: click.Context, console: Console) -> None:
-    """Print `command`'s help on `console` (usage, description, option panels)."""
+    """Print `command`'s help on `console` (usage, description, option panels; a group's
+    commands last)."""
     pieces = " ".join(command.collect_usage_pieces(ctx))
     console.print(Text.assemble(" Usage: ", (f"{ctx.command_path} {pieces}", "bold")))
     console.print()
@@ -89,6 +103,21 @@ def render_command_help(command: click.Command, ctx: click.Context, console: Con
                     border_style="dim",
                 )
             )
+    if isinstance(command, TyperGroup):
+        rows = [
+            (name, _first_paragraph(sub.help), False)
+            for name in command.list_commands(ctx)
+            if (sub := command.get_command(ctx, name)) is not None and not sub.hidden
+        ]
+        if rows:
+            console.print(
+                Panel(
+                    _panel_body(rows, inner),
+                    title=COMMANDS_PANEL,
+                    title_align="left",
+                    border_style="dim",
+                )
+            )
 
 
 class ResidencyCommand(TyperCommand):
@@ -98,8 +127,18 @@ class ResidencyCommand(TyperCommand):
         render_command_help(self, ctx, Console(highlight=False))
 
 
+class ResidencyGroup(TyperGroup):
+    """A typer group whose --help is rendered by `render_command_help`."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        render_command_help(self, ctx, Console(highlight=False))
+
+
 def use_readable_help(app: Typer) -> None:
-    """Give every command of `app` and its sub-apps `ResidencyCommand` (registered so far)."""
+    """Give `app` and its sub-apps `ResidencyGroup`, and every command registered so far
+    `ResidencyCommand`."""
+    if app.info.cls in (None, TyperGroup) or isinstance(app.info.cls, DefaultPlaceholder):
+        app.info.cls = ResidencyGroup
     for info in app.registered_commands:
         if info.cls in (None, TyperCommand):
             info.cls = ResidencyCommand

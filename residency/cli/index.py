@@ -8,28 +8,21 @@ from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
-from residency.cli.progress import BarProgress, progress_bar
-from residency.corpus.chunking import DEFAULT_CHUNK_CHARS, DEFAULT_CHUNK_OVERLAP, ChunkerSettings
+from residency.corpus.chunker_settings import DEFAULT_CHUNK_CHARS, DEFAULT_CHUNK_OVERLAP
 from residency.errors import ConfigError
-from residency.index import IndexManifest, IndexOptions, build_index
-from residency.index.manifest import DEFAULT_EMBEDDER, DEFAULT_SPARSE_TOKENIZER
-from residency.index.qdrant_source import source_from_index
-from residency.index.qdrant_upload import DEFAULT_BATCH, UploadReport, upload
-from residency.retrieval.qdrant_schema import (
-    DEFAULT_DENSE_VECTOR,
-    QdrantOptions,
-    check_name,
-    default_collection,
-)
-from residency.tokenizer import ServerTokenizer, open_tokenizer
+from residency.index.options import DEFAULT_BATCH, DEFAULT_EMBEDDER, DEFAULT_SPARSE_TOKENIZER
+from residency.retrieval.qdrant_schema import DEFAULT_DENSE_VECTOR
+
+if TYPE_CHECKING:
+    from residency.index import IndexManifest
+    from residency.index.qdrant_upload import UploadReport
+    from residency.retrieval.qdrant_schema import QdrantOptions
 
 _COUNT = "Token counts (pick one; neither: approximate, labelled 'approx')"
 _RETRIEVAL = "Retrieval"
@@ -150,6 +143,15 @@ def index(
 ) -> None:
     """Index a corpus: sections, chunks, BM25 and dense vectors, with a manifest; optionally
     upload it into Qdrant (--to qdrant URL|PATH)."""
+    import orjson
+
+    from residency.cli.progress import BarProgress, progress_bar
+    from residency.corpus.chunker_settings import ChunkerSettings
+    from residency.index import IndexOptions, build_index
+    from residency.index.qdrant_source import source_from_index
+    from residency.index.qdrant_upload import upload
+    from residency.tokenizer import ServerTokenizer, open_tokenizer
+
     target = _upload_target(to, collection, vector_name, qdrant_api_key, output)
     options = IndexOptions(
         embedder=embedder,
@@ -194,6 +196,8 @@ def _upload_target(
     output: Path,
 ) -> tuple[QdrantOptions, str] | None:
     """(options, collection) for --to qdrant LOCATION, checked before the build starts."""
+    from residency.retrieval.qdrant_schema import QdrantOptions, check_name, default_collection
+
     if to is None:
         return None
     kind, location = to
@@ -206,6 +210,8 @@ def _upload_target(
 
 def render_upload(report: UploadReport, console: Console) -> None:
     """What the upload wrote, and the BM25 avgdl drift when the corpus has moved."""
+    from rich.table import Table
+
     table = Table(
         title=f"Qdrant {report.collection} at {report.location} ({report.seconds:.1f} s)",
         title_justify="left",
@@ -238,6 +244,8 @@ def render_upload(report: UploadReport, console: Console) -> None:
 
 def render(manifest: IndexManifest, output: Path, console: Console) -> None:
     """Summary table, then every skipped input with its location and reason."""
+    from rich.table import Table
+
     table = Table(
         title=f"Index {output} (built in {manifest.build.seconds:.1f} s)",
         title_justify="left",

@@ -5,22 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from planner import Reserves
-from residency.capacity.report import (
-    DEFAULT_MODEL,
-    DEFAULT_PROFILE,
-    CapacityRequest,
-    build_capacity_report,
-)
+from residency.capacity.profiles import DEFAULT_MODEL, DEFAULT_PROFILE
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import echo_json
-from residency.cli.plan_report import render, render_plan
-from residency.cli.progress import BarProgress, progress_bar
 from residency.cli.qdrant_options import (
     FusionChoice,
     QdrantApiKey,
@@ -29,9 +20,6 @@ from residency.cli.qdrant_options import (
     QdrantLocation,
     qdrant_backend,
 )
-from residency.corpus.samples import get_sample
-from residency.planning.plan_model import write_plan
-from residency.planning.run import PlanJob, run_plan
 
 _HOST = "Host (pick one: --profile, --gpu auto, --kv-cache-memory-bytes, --server)"
 _VLLM = "vLLM flags"
@@ -249,6 +237,16 @@ def plan(
 ) -> None:
     """Measure the host's KV-cache capacity, derive the resident budget, and choose the resident
     sections (plan.json)."""
+    import orjson
+
+    from planner import Reserves
+    from residency.capacity.report import CapacityRequest, build_capacity_report
+    from residency.cli.plan_report import render, render_plan
+    from residency.cli.progress import BarProgress, progress_bar
+    from residency.corpus.samples import get_sample
+    from residency.planning.plan_model import write_plan
+    from residency.planning.run import PlanJob, run_plan
+
     if gpu not in (None, "auto"):
         raise typer.BadParameter(f"only 'auto' is accepted, got {gpu!r}", param_hint="--gpu")
     request = CapacityRequest.model_validate(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from residency.errors import ConfigError
-from residency.index.store import RetrievalBackend
-from residency.retrieval.qdrant_schema import QdrantOptions
+
+if TYPE_CHECKING:
+    from residency.index.store import RetrievalBackend
+    from residency.retrieval.qdrant_schema import QdrantOptions
 
 PANEL = "Qdrant (--retriever qdrant)"
 
@@ -63,6 +65,8 @@ def qdrant_options(
     fusion: FusionChoice,
 ) -> QdrantOptions | None:
     """The Qdrant options when ``--retriever qdrant``; ConfigError on a half-given pair."""
+    from residency.retrieval.qdrant_schema import QdrantOptions
+
     if retriever != "qdrant":
         if location is not None:
             raise ConfigError(f"--qdrant {location} is only read with --retriever qdrant")

@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
@@ -14,9 +14,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from residency.cli.options import PlanOption, VllmApiKeyOption
-from residency.planning.plan_model import ResidencyPlan, read_plan
-from residency.warm import WarmOptions, WarmReport, WatchEvent, WatchSettings, watch
-from residency.warm import warm as run_warm
+
+if TYPE_CHECKING:
+    from residency.planning.plan_model import ResidencyPlan
+    from residency.warm import WarmOptions, WarmReport, WatchEvent, WatchSettings
 
 EXIT_NOT_CACHED = 2
 _WATCH = "Keep warm (--watch)"
@@ -81,6 +82,10 @@ def warm(
 ) -> None:
     """Prefill every resident prefix of the plan in vLLM and prove each is cached (exit 2 if
     not)."""
+    from residency.planning.plan_model import read_plan
+    from residency.warm import WarmOptions, WatchSettings
+    from residency.warm import warm as run_warm
+
     options = WarmOptions(
         server=server,
         timeout_s=timeout,
@@ -172,6 +177,8 @@ def render(report: WarmReport, console: Console) -> None:
 
 def _watch(plan: ResidencyPlan, options: WarmOptions, settings: WatchSettings, json: bool) -> None:
     """Run the loop with SIGINT/SIGTERM setting the stop event (a second signal aborts)."""
+    from residency.warm import watch
+
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

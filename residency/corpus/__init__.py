@@ -6,9 +6,15 @@ May import: the cross-cutting modules, retrieval.
 
 from __future__ import annotations
 
-from residency.corpus.chunking import ChunkerSettings, chunk_sections
-from residency.corpus.loader import Corpus, load_corpus, slugify
-from residency.corpus.model import Chunk, Section, SectionHit, SkippedInput, SourceFile
+from typing import TYPE_CHECKING
+
+from residency.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from residency.corpus.chunker_settings import ChunkerSettings
+    from residency.corpus.chunking import chunk_sections
+    from residency.corpus.loader import Corpus, load_corpus, slugify
+    from residency.corpus.model import Chunk, Section, SectionHit, SkippedInput, SourceFile
 
 __all__ = [
     "Chunk",
@@ -22,3 +28,5 @@ __all__ = [
     "load_corpus",
     "slugify",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

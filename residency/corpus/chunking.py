@@ -11,48 +11,18 @@ text is exactly ``section.text[start_char:end_char]``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
+from residency.corpus.chunker_settings import (
+    DEFAULT_CHUNK_OVERLAP,
+    ChunkerSettings,
+)
 from residency.corpus.model import Chunk, Section, chunk_id, chunk_index_text, content_hash
 from residency.corpus.sentences import Span, split_long, split_sentences
 from residency.errors import ConfigError
 from residency.retrieval import Embedder
-
-ChunkerKind = Literal["fixed", "semantic"]
-DEFAULT_CHUNK_CHARS = 256
-DEFAULT_CHUNK_OVERLAP = 32
-
-
-class ChunkerSettings(BaseModel):
-    """How sections were cut into chunks (recorded in the index manifest)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: ChunkerKind = Field(default="fixed", description="fixed or semantic (--chunker).")
-    chunk_chars: int = Field(
-        default=DEFAULT_CHUNK_CHARS, ge=16, le=100_000, description="Target chunk length, chars."
-    )
-    chunk_overlap: int = Field(
-        default=DEFAULT_CHUNK_OVERLAP,
-        ge=0,
-        le=50_000,
-        description="Characters shared by adjacent fixed chunks (fixed only).",
-    )
-    percentile: float = Field(
-        default=25.0, ge=0.0, le=100.0, description="Semantic: cut below this similarity pct."
-    )
-    min_factor: float = Field(
-        default=0.5, ge=0.0, le=1.0, description="Semantic: no cut before this x chunk_chars."
-    )
-    max_factor: float = Field(
-        default=1.5, ge=1.0, le=10.0, description="Semantic: always cut at this x chunk_chars."
-    )
-    embedder: str | None = Field(
-        default=None, max_length=4096, description="Semantic: the sentence embedder's name."
-    )
+from residency.stats import percentile as interpolated_percentile
 
 
 def check_chunker_settings(settings: ChunkerSettings) -> None:
@@ -102,7 +72,7 @@ def semantic_starts(
         raise ValueError(f"{len(lengths)} sentences need {len(lengths) - 1} similarities")
     if not lengths:
         return []
-    threshold = float(np.percentile(similarities, percentile)) if similarities else 0.0
+    threshold = interpolated_percentile(similarities, percentile / 100) if similarities else 0.0
     min_chars, max_chars = min_factor * target_chars, max_factor * target_chars
     starts, current = [0], lengths[0]
     for i in range(1, len(lengths)):

@@ -5,10 +5,18 @@ May import: planner, the cross-cutting modules, bench, capacity, corpus, eval, i
 planning, retrieval, serve, timex, warm.
 """
 
-from residency.demo.questions import QuestionResult
-from residency.demo.report import DemoOptions, DemoReport, StepResult
-from residency.demo.run import run_demo
-from residency.demo.servers import ProcessInfo, Terminated
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from residency.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from residency.demo.options import DemoOptions
+    from residency.demo.questions import QuestionResult
+    from residency.demo.report import DemoReport, StepResult
+    from residency.demo.run import run_demo
+    from residency.demo.servers import ProcessInfo, Terminated
 
 __all__ = [
     "DemoOptions",
@@ -19,3 +27,5 @@ __all__ = [
     "Terminated",
     "run_demo",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

@@ -38,8 +38,9 @@ from residency.demo.budget import (
     choose_lengths,
     fit_prefill_rate,
 )
+from residency.demo.options import DemoModel, DemoOptions
 from residency.demo.questions import ask_all, pick_questions, router_routes
-from residency.demo.report import DemoModel, DemoOptions, DemoReport, PrefillProbe, StepResult
+from residency.demo.report import DemoReport, PrefillProbe, StepResult
 from residency.demo.servers import ServerSet, terminate_on_signals
 from residency.errors import ConfigError
 from residency.index import build_index, open_index

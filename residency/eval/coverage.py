@@ -45,6 +45,7 @@ from residency.eval.coverage_report import (
     SeedStat,
     StrategyResult,
 )
+from residency.eval.defaults import DEFAULT_PREFETCH
 from residency.eval.questions import UNTYPED, Question
 from residency.eval.traffic import TrafficStats
 from residency.index import Index, manifest_hash
@@ -81,7 +82,6 @@ __all__ = [
     "summarize",
 ]
 
-DEFAULT_PREFETCH = 40
 RAG_BASELINE_KS = (3, 5)
 
 

@@ -21,13 +21,13 @@ from planner.budget import compute_resident_budget
 from residency.corpus.squad import import_squad
 from residency.errors import ConfigError
 from residency.eval.coverage import (
-    DEFAULT_PREFETCH,
     RAG_BASELINE_KS,
     CoverageReport,
     ResidentSet,
     StrategyResult,
     evaluate_coverage,
 )
+from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PREFETCH
 from residency.eval.questions import load_questions
 from residency.eval.seeds import RANDOM_DRAWS, across_seeds, mean_row
 from residency.eval.traffic import TrafficOptions, simulate_traffic
@@ -43,7 +43,6 @@ from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
 
-COVERAGE_CACHE = CACHE_DIR / "coverage"
 SIM_BLOCK_SIZE = 16
 # Comparison rows after the RAG-only baselines, in table order.
 PLANNED: tuple[Strategy, ...] = ("cag", "random", "frequency", "density", "planner")

@@ -14,110 +14,42 @@ with a question set, the index given (or the sample corpus's).
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
 
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
 from residency.errors import ConfigError, CorpusError
-from residency.eval.coverage_runs import COVERAGE_CACHE, squad_corpus, squad_index
+from residency.eval.coverage_runs import squad_corpus, squad_index
+from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
+from residency.eval.prune_report import (
+    KeptFigures,
+    PruneEvalReport,
+    PruneEvalSettings,
+)
 from residency.eval.questions import Question, load_questions
 from residency.index import BuildProgress, Index, open_index
-from residency.machine import MachineInfo, machine_info
+from residency.machine import machine_info
 from residency.models.tiny import STAMP_FILE
 from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.run import CACHE_DIR, DATA_ROOT, sample_index
-from residency.routing import DEFAULT_K
 from residency.serve.pruner import (
-    PRUNER_FLAG,
     Passage,
     PruneResult,
-    PrunerSettings,
     keep_ids,
     prune_sync,
 )
+from residency.serve.pruner_settings import PRUNER_FLAG, PrunerSettings
+from residency.stats import TimingStats
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 
-DEFAULT_PRUNE_K = DEFAULT_K  # the router's long-tail k
-DEFAULT_PRUNE_LIMIT = 200
 MEANINGLESS_GRADES_NOTE = (
     "the grading model serves random weights (tiny test model): its grades carry no meaning, so "
     "these figures measure the plumbing and the keep-top-k floor, not pruning quality"
 )
-
-
-class KeptFigures(BaseModel):
-    """Context removed and gold evidence kept by one way of choosing chunks."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(max_length=64, description="pruner, floor only, or grades only.")
-    chunks_retrieved: int = Field(ge=0, description="Chunks retrieved over all questions.")
-    chunks_kept: int = Field(ge=0, description="Chunks kept over all questions.")
-    removed_share: float = Field(ge=0, le=1, description="Share of retrieved chunks removed.")
-    removed_chars_share: float = Field(
-        ge=0, le=1, description="Share of retrieved characters removed."
-    )
-    gold_retrieved: int = Field(
-        ge=0, description="Questions whose gold paragraph was among the retrieved chunks."
-    )
-    gold_kept: int = Field(ge=0, description="Of those, questions whose gold is still kept.")
-    gold_kept_share: float | None = Field(
-        ge=0, le=1, description="gold_kept / gold_retrieved (None when no gold was retrieved)."
-    )
-
-
-class LatencyFigures(BaseModel):
-    """Seconds each pruner call added, over every call."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    mean_s: float = Field(ge=0, description="Mean seconds per call.")
-    p50_s: float = Field(ge=0, description="Median seconds per call.")
-    p95_s: float = Field(ge=0, description="95th percentile seconds per call.")
-    max_s: float = Field(ge=0, description="Slowest call.")
-
-
-class PruneEvalSettings(BaseModel):
-    """What was measured, and against what."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    source: str = Field(max_length=4096, description="The questions' source file.")
-    index_dir: str = Field(max_length=4096, description="The index chunks were retrieved from.")
-    k: int = Field(ge=1, description="Chunks retrieved per question.")
-    limit: int = Field(ge=1, description="Questions asked for (a stride sample of the file).")
-    url: str = Field(max_length=2048, description="The pruner endpoint.")
-    model: str = Field(max_length=512, description="The grading model.")
-    threshold: int = Field(ge=1, le=5, description="Grade kept at or above.")
-    keep_top_k: int = Field(ge=0, description="Chunks kept first in retrieval order regardless.")
-
-
-class PruneEvalReport(BaseModel):
-    """The pruner on N questions: context removed, gold evidence kept, latency, failures."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    settings: PruneEvalSettings = Field(description="What was measured.")
-    machine: MachineInfo | None = Field(
-        default=None, description="The machine that ran the eval (latency: the pruner's host)."
-    )
-    questions: int = Field(ge=0, description="Questions evaluated.")
-    rows: tuple[KeptFigures, ...] = Field(
-        max_length=8, description="pruner, floor only, grades only: same retrievals, same grades."
-    )
-    latency: LatencyFigures = Field(description="Seconds each pruner call added.")
-    invalid_outputs: int = Field(ge=0, description="Calls whose reply was not schema-valid.")
-    upstream_errors: int = Field(ge=0, description="Calls that got no usable HTTP reply.")
-    first_error: str | None = Field(
-        default=None, max_length=2000, description="The first failure's reason, if any."
-    )
-    notes: tuple[str, ...] = Field(default=(), max_length=32, description="Caveats.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,25 +68,6 @@ def sample_questions(questions: Sequence[Question], limit: int) -> list[Question
     if limit >= len(answerable):
         return answerable
     return [answerable[i * len(answerable) // limit] for i in range(limit)]
-
-
-def _percentile(sorted_values: Sequence[float], share: float) -> float:
-    """Nearest-rank percentile (p95 of 20 values is the 19th)."""
-    rank = max(1, -(-len(sorted_values) * share // 1))
-    return sorted_values[int(rank) - 1]
-
-
-def latency_figures(elapsed_s: Sequence[float]) -> LatencyFigures:
-    """Mean, p50, p95 and max of per-call seconds (zeros when there were no calls)."""
-    if not elapsed_s:
-        return LatencyFigures(mean_s=0.0, p50_s=0.0, p95_s=0.0, max_s=0.0)
-    values = sorted(elapsed_s)
-    return LatencyFigures(
-        mean_s=statistics.fmean(values),
-        p50_s=statistics.median(values),
-        p95_s=_percentile(values, 0.95),
-        max_s=values[-1],
-    )
 
 
 def kept_figures(
@@ -235,7 +148,7 @@ def evaluate_pruning(
         machine=machine_info(),
         questions=len(asked),
         rows=rows,
-        latency=latency_figures([a.result.elapsed_s for a in asked]),
+        latency=TimingStats.of([a.result.elapsed_s for a in asked]),
         invalid_outputs=sum(r.failure == "invalid_output" for r in failed),
         upstream_errors=sum(r.failure == "upstream" for r in failed),
         first_error=(failed[0].error or "")[:2000] if failed else None,

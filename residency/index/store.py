@@ -46,13 +46,13 @@ from residency.index.manifest import (
     BuildStats,
     EmbedderInfo,
     IndexManifest,
-    IndexOptions,
     manifest_bytes,
     previous_spans,
     previous_vectors,
     read_jsonl,
     read_manifest,
 )
+from residency.index.options import IndexOptions
 from residency.normalize import NORMALIZATION_VERSION
 from residency.prompt_language import PromptLanguage, detect_language
 from residency.retrieval import (

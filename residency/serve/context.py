@@ -20,7 +20,8 @@ from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
 from residency.routing import ChunkHit, choose_prefix, decide_route
 from residency.serve.prompt import ContextBlock
-from residency.serve.pruner import Passage, PruneResult, PrunerSettings, prune
+from residency.serve.pruner import Passage, PruneResult, prune
+from residency.serve.pruner_settings import PrunerSettings
 from residency.serve.settings import RetrieverName, ServeSettings
 from residency.timex import Period, resolve_period, select_dated
 from residency.vllm_client import Session

@@ -29,7 +29,6 @@ xgrammar and guidance backends in vLLM 0.32), so start the pruner's vLLM with
 from __future__ import annotations
 
 import logging
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,16 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from residency.errors import UpstreamError
 from residency.prompt_language import LanguageCode
+from residency.serve.pruner_settings import PRUNER_FLAG, PRUNER_SERVER_FLAG, PrunerSettings
 from residency.vllm_client import AsyncVllmClient, RawAnswer, Session, VllmClient, endpoints
 from residency.vllm_client.wire import status_error
 
 LOGGER = logging.getLogger("residency.pruner")
-PRUNER_FLAG = "--pruner-url"
-PRUNER_SERVER_ARGS: tuple[str, ...] = (
-    "--structured-outputs-config",
-    '{"backend": "xgrammar", "disable_any_whitespace": true}',
-)
-PRUNER_SERVER_FLAG = shlex.join(PRUNER_SERVER_ARGS)  # quoted, to paste into a shell
 GRADES: tuple[int, ...] = (1, 2, 3, 4, 5)
 SCHEMA_NAME = "passage_grades"
 # Reply budget per request: a compact item `{"passage":12,"grade":5},` is 26 ASCII characters, so
@@ -85,56 +79,6 @@ You grade how much each numbered passage is needed to answer the question.
 1 unrelated: nothing to do with the question
 Grade every passage once, in order, and reply with JSON only:
 {"grades":[{"passage":1,"grade":5},{"passage":2,"grade":1}]}"""
-
-
-class PrunerSettings(BaseModel):
-    """Where the grading model runs and how its grades become a kept set."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str = Field(
-        min_length=1,
-        max_length=2048,
-        pattern=r"^https?://",
-        description="Base URL of the OpenAI-compatible server (with or without /v1).",
-    )
-    model: str = Field(
-        max_length=512,
-        description="Served model name; empty: the server's default (vLLM: the one it serves).",
-    )
-    threshold: int = Field(
-        default=3, ge=1, le=5, description="Keep passages graded at or above this (1..5)."
-    )
-    keep_top_k: int = Field(
-        default=2,
-        ge=0,
-        le=1000,
-        description="Always keep this many passages first in retrieval order, whatever the grades.",
-    )
-    timeout_s: float = Field(
-        default=10.0, gt=0, le=600, description="Seconds before the request is given up."
-    )
-    max_tokens: int = Field(
-        default=2048,
-        ge=16,
-        le=65536,
-        description="Cap on reply tokens; a request asks for min(this, 16 + 48 x passages).",
-    )
-    api_key: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=4096,
-        repr=False,
-        description="Bearer token for the endpoint, if it wants one.",
-    )
-    language: LanguageCode = Field(
-        default="ja", description="The corpus language the prompt is worded in (ja: bilingual)."
-    )
-
-    @property
-    def chat_url(self) -> str:
-        """The chat-completions endpoint under `url`."""
-        return endpoints.url_of(self.url, endpoints.CHAT)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,29 +7,36 @@ text), one path table (`endpoints`), one SSE parser (`sse`) and one Prometheus r
 (`metrics`). Imports nothing of residency but `errors`.
 """
 
-from residency.vllm_client.async_client import (
-    AnswerTimeoutError,
-    AsyncVllmClient,
-    Session,
-    TransportError,
-    UnreachedError,
-    UpstreamStream,
-    open_session,
-)
-from residency.vllm_client.health import Backoff, wait_for_health
-from residency.vllm_client.metrics import Sample, find_samples, parse_prometheus, sum_samples
-from residency.vllm_client.sync_client import VllmClient
-from residency.vllm_client.wire import (
-    CACHE_CONFIG_METRIC,
-    TTFT_METHOD,
-    Completion,
-    RawAnswer,
-    RefusedError,
-    SendResult,
-    ServedModel,
-    StreamedAnswer,
-    Usage,
-)
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from residency.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from residency.vllm_client.async_client import (
+        AnswerTimeoutError,
+        AsyncVllmClient,
+        Session,
+        TransportError,
+        UnreachedError,
+        UpstreamStream,
+        open_session,
+    )
+    from residency.vllm_client.health import Backoff, wait_for_health
+    from residency.vllm_client.metrics import Sample, find_samples, parse_prometheus, sum_samples
+    from residency.vllm_client.sync_client import VllmClient
+    from residency.vllm_client.wire import (
+        CACHE_CONFIG_METRIC,
+        TTFT_METHOD,
+        Completion,
+        RawAnswer,
+        RefusedError,
+        SendResult,
+        ServedModel,
+        StreamedAnswer,
+        Usage,
+    )
 
 __all__ = [
     "CACHE_CONFIG_METRIC",
@@ -56,3 +63,5 @@ __all__ = [
     "sum_samples",
     "wait_for_health",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

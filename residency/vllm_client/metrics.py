@@ -1,45 +1,34 @@
-"""Parse the Prometheus text exposition format that vLLM's `/metrics` serves (and the router's)."""
+"""Read the Prometheus text exposition that vLLM's `/metrics` serves (and the router's), with
+prometheus_client's own parser; this module only gives its samples a typed shape."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
-)
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One metric sample: name, labels and value."""
+    """One metric sample: name (with its `_total`, `_bucket`, ... suffix), labels and value."""
 
     name: str
     labels: dict[str, str]
     value: float
 
 
-def _unescape(value: str) -> str:
-    return value.replace(r"\"", '"').replace(r"\n", "\n").replace("\\\\", "\\")
-
-
 def parse_prometheus(text: str) -> list[Sample]:
-    """All samples of a text exposition; comments and malformed lines are skipped."""
-    samples = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line.strip())
-        if match is None:
-            continue
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        labels = {k: _unescape(v) for k, v in _LABEL.findall(match["labels"] or "")}
-        samples.append(Sample(match["name"], labels, value))
-    return samples
+    """Every sample of a text exposition, in order; ValueError when the text is not one.
+
+    >>> parse_prometheus('vllm:prefix_cache_hits_total{engine="0"} 12.0')
+    [Sample(name='vllm:prefix_cache_hits_total', labels={'engine': '0'}, value=12.0)]
+    """
+    # Imported here: the prometheus_client package loads its exposition servers with the parser.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [
+        Sample(sample.name, dict(sample.labels), float(sample.value))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
 
 
 def find_samples(samples: list[Sample], name: str) -> list[Sample]:

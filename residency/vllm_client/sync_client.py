@@ -171,7 +171,13 @@ class VllmClient:
     def metrics(self) -> list[Sample]:
         """All samples of `/metrics`."""
         response = self._send("GET", endpoints.METRICS, timeout_s=self._read_timeout())
-        return parse_prometheus(response.text)
+        try:
+            return parse_prometheus(response.text)
+        except ValueError as exc:
+            raise UpstreamError(
+                f"{self.where}: {endpoints.METRICS} is not Prometheus text ({exc}); "
+                "is this a vLLM server?"
+            ) from None
 
     def cache_config_info(self) -> dict[str, str]:
         """Labels of `vllm:cache_config_info`: block_size, num_gpu_blocks, ..."""

@@ -7,21 +7,31 @@ serve, timex.
 
 from __future__ import annotations
 
-from residency.eval.answers.judge import Judge, JudgeError, grade_schema, parse_grade
-from residency.eval.answers.records import (
-    OTHER_TYPE,
-    QUESTION_TYPES,
-    STRATEGIES,
-    AnswerEvalReport,
-    AnswerQuestion,
-    AnswerRecord,
-    Grade,
-    ScoreSummary,
-    StrategyReport,
-    load_answer_questions,
-)
-from residency.eval.answers.run import AnswerEvalJob, default_strategies, run_answer_eval
-from residency.eval.answers.scoring import judge_verdict, score_group, summarize, summarize_by_type
+from typing import TYPE_CHECKING
+
+from residency.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from residency.eval.answers.judge import Judge, JudgeError, grade_schema, parse_grade
+    from residency.eval.answers.records import (
+        OTHER_TYPE,
+        QUESTION_TYPES,
+        STRATEGIES,
+        AnswerEvalReport,
+        AnswerQuestion,
+        AnswerRecord,
+        Grade,
+        ScoreSummary,
+        StrategyReport,
+        load_answer_questions,
+    )
+    from residency.eval.answers.run import AnswerEvalJob, default_strategies, run_answer_eval
+    from residency.eval.answers.scoring import (
+        judge_verdict,
+        score_group,
+        summarize,
+        summarize_by_type,
+    )
 
 __all__ = [
     "OTHER_TYPE",
@@ -46,3 +56,5 @@ __all__ = [
     "summarize",
     "summarize_by_type",
 ]
+
+__getattr__ = lazy_exports(__name__, __file__)

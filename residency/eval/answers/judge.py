@@ -19,10 +19,10 @@ import orjson
 from pydantic import ValidationError
 
 from residency.errors import ResidencyError, UpstreamError
+from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS
 from residency.eval.answers.records import Grade
 from residency.vllm_client import VllmClient
 
-DEFAULT_JUDGE_MAX_TOKENS = 64
 JUDGE_INSTRUCTIONS = (
     "あなたは採点者です。質問・参照解答・候補解答を読み、候補解答を参照解答と照らして採点します。\n"
     "You are a strict grader. Compare the candidate answer with the reference answer for the "

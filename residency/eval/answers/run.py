@@ -13,6 +13,7 @@ import orjson
 
 from residency.atomic import append_line, write_bytes_atomic
 from residency.errors import ConfigError
+from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS, DEFAULT_K, DEFAULT_MAX_TOKENS
 from residency.eval.answers.generate import (
     AnswerStrategy,
     EchoStrategy,
@@ -23,7 +24,7 @@ from residency.eval.answers.generate import (
     whole_skip_reason,
     whole_text,
 )
-from residency.eval.answers.judge import DEFAULT_JUDGE_MAX_TOKENS, Judge, JudgeError
+from residency.eval.answers.judge import Judge, JudgeError
 from residency.eval.answers.records import (
     STRATEGIES,
     AnswerEvalReport,
@@ -40,8 +41,6 @@ from residency.machine import machine_info
 from residency.planning.plan_model import read_plan
 from residency.vllm_client import VllmClient
 
-DEFAULT_K = 3  # the reference measurement's RAG top-3 (docs/design/background.md)
-DEFAULT_MAX_TOKENS = 256
 DEFAULT_TIMEOUT_S = 600.0  # a cold whole-text prefill on a CPU takes seconds, not minutes
 
 

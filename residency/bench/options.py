@@ -1,0 +1,40 @@
+"""What `residency bench` is asked to measure (`BenchOptions`), kept apart from the measuring
+code so that the CLI can declare its flags without importing the HTTP client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from residency.corpus.samples import JA_SAMPLE
+
+DEFAULT_LENGTHS: tuple[int, ...] = (2000, 8000, 16000, 30000)
+
+
+class BenchOptions(BaseModel):
+    """What `residency bench` measures and how it talks to the server."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    server: str = Field(min_length=1, max_length=4096, description="--server: vLLM base URL.")
+    model: str | None = Field(
+        default=None, max_length=4096, description="--model (default: the only served model)."
+    )
+    lengths: tuple[int, ...] = Field(
+        default=DEFAULT_LENGTHS, max_length=64, description="--lengths: prompt tokens per row."
+    )
+    repeats: int = Field(default=5, ge=1, le=1_000, description="--repeats: timed warm sends.")
+    cold_repeats: int = Field(
+        default=3, ge=1, le=1_000, description="--cold-repeats: salted cold sends per length."
+    )
+    max_sightings: int = Field(
+        default=4, ge=0, le=64, description="Untimed re-sends of the warm prompt until one hits."
+    )
+    request_timeout_s: float = Field(
+        default=600.0, gt=0, le=86_400, description="Seconds one send may take."
+    )
+    api_key: str | None = Field(default=None, max_length=4096, description="--api-key.")
+    text_dir: Path = Field(
+        default=JA_SAMPLE.docs, description="Corpus whose text fills the prompts (no --plan)."
+    )
