@@ -485,6 +485,15 @@ def test_cli_simulation_over_several_seeds_reports_mean_and_sd(tmp_path: Path) -
         ]
         assert row["coverage"]["mean"] == pytest.approx(sum(values) / 2)
         assert row["coverage"]["sd"] == pytest.approx(abs(values[0] - values[1]) / 2**0.5)
+        rescued = [
+            next(r for r in rep["results"] if r["name"] == name)["rag_misses_rescued"]
+            for rep in (report, seed1)
+        ]
+        present = [x for x in rescued if x is not None]  # None: rag-top5 missed nothing
+        if present:
+            assert row["rag_misses_rescued"]["mean"] == pytest.approx(sum(present) / len(present))
+        else:
+            assert row["rag_misses_rescued"] is None
     table = run_coverage_cli(*common, *cache, "--seeds", "2")
     assert "Across 2 traffic seeds" in table.stdout
 
