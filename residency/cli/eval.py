@@ -13,7 +13,7 @@ from rich.table import Table
 from residency.cli.options import JsonOption
 from residency.cli.output import echo_json
 from residency.cli.qdrant_options import (
-    FusionChoice,
+    DEFAULT_FUSION,
     QdrantApiKey,
     QdrantCollection,
     QdrantFusion,
@@ -91,7 +91,7 @@ def retrieval(
     qdrant: QdrantLocation = None,
     collection: QdrantCollection = None,
     qdrant_api_key: QdrantApiKey = None,
-    qdrant_fusion: QdrantFusion = FusionChoice.rrf,
+    qdrant_fusion: QdrantFusion = DEFAULT_FUSION,
 ) -> None:
     """Recall@1/3/5/10, MRR@10 and nDCG@10 of BM25, dense and the fusion, per question type."""
     from residency.cli.progress import progress_bar

@@ -13,7 +13,7 @@ from residency.capacity.profiles import DEFAULT_MODEL, DEFAULT_PROFILE
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import echo_json
 from residency.cli.qdrant_options import (
-    FusionChoice,
+    DEFAULT_FUSION,
     QdrantApiKey,
     QdrantCollection,
     QdrantFusion,
@@ -232,7 +232,7 @@ def plan(
     qdrant: QdrantLocation = None,
     collection: QdrantCollection = None,
     qdrant_api_key: QdrantApiKey = None,
-    qdrant_fusion: QdrantFusion = FusionChoice.rrf,
+    qdrant_fusion: QdrantFusion = DEFAULT_FUSION,
     json: JsonOption = False,
 ) -> None:
     """Measure the host's KV-cache capacity, derive the resident budget, and choose the resident

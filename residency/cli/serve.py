@@ -10,7 +10,7 @@ import typer
 
 from residency.cli.options import PlanOption
 from residency.cli.qdrant_options import (
-    FusionChoice,
+    DEFAULT_FUSION,
     QdrantApiKey,
     QdrantCollection,
     QdrantFusion,
@@ -214,7 +214,7 @@ def serve(
     qdrant: QdrantLocation = None,
     collection: QdrantCollection = None,
     qdrant_api_key: QdrantApiKey = None,
-    qdrant_fusion: QdrantFusion = FusionChoice.rrf,
+    qdrant_fusion: QdrantFusion = DEFAULT_FUSION,
 ) -> None:
     """Serve /v1/chat/completions and /v1/completions with the resident prefix first.
 

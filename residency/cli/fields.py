@@ -1,0 +1,70 @@
+"""Typer options bound to pydantic fields: each flag's help, bounds and default come from one field.
+
+A command declares `Annotated[T, option_from(Model, "name")] = default_of(Model, "name")` with
+`T` the field's own type (a `Literal` alias lists the choices once), and builds the model with
+`bind(Model, locals())`. The field's description is the help text, its `ge`/`le` bounds become
+the option's min/max, and `tests/test_cli_fields.py` checks, for every bound option of every
+command, that default, type and help are the field's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import typer
+from annotated_types import Ge, Le
+from pydantic import BaseModel, ValidationError
+from typer.models import OptionInfo
+
+from residency.errors import ConfigError
+
+BOUND_FIELD = "residency_field"
+"""Attribute an `option_from` OptionInfo carries: (model, field name)."""
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def option_from(model: type[BaseModel], name: str, *param_decls: str, **kwargs: Any) -> OptionInfo:
+    """A typer option whose help and bounds are those of `model.name`; `kwargs` add what only
+    the command line has (a panel, `show_default`), never a second help text."""
+    field = model.model_fields[name]
+    if "help" in kwargs:
+        raise TypeError(f"{model.__name__}.{name}: the help is the field's description")
+    bounds: dict[str, Any] = {}
+    for rule in field.metadata:
+        if isinstance(rule, Ge):
+            bounds["min"] = rule.ge
+        elif isinstance(rule, Le):
+            bounds["max"] = rule.le
+    info = typer.Option(*param_decls, help=field.description, **bounds, **kwargs)
+    setattr(info, BOUND_FIELD, (model, name))
+    return info
+
+
+def default_of(model: type[BaseModel], name: str) -> Any:
+    """The field's default, as the option's default."""
+    field = model.model_fields[name]
+    if field.is_required():
+        raise TypeError(f"{model.__name__}.{name} has no default to give its option")
+    return field.get_default(call_default_factory=True)
+
+
+def flag_of(name: str) -> str:
+    """The command-line spelling of a parameter name."""
+    return "--" + name.replace("_", "-")
+
+
+def bind(model: type[M], params: Mapping[str, Any], /, **extra: Any) -> M:
+    """`model` built from the command's parameters that share its field names, plus `extra`.
+
+    A value the model refuses becomes one ConfigError line naming the flag and the value."""
+    data = {name: params[name] for name in model.model_fields if name in params}
+    data.update(extra)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = err["loc"]
+        where = flag_of(str(loc[0])) if loc and loc[0] in params else ".".join(map(str, loc))
+        raise ConfigError(f"{where}: {err['msg']}, got {err.get('input')!r}") from None

@@ -1,0 +1,105 @@
+"""Every option bound to a pydantic field (`residency.cli.fields.option_from`) shows that field's
+help, bounds, type and default — one source per flag — and a refused value names its flag."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+import typer
+from annotated_types import Ge, Le
+from pydantic import BaseModel, Field
+from typer.models import OptionInfo
+
+from residency.cli import app
+from residency.cli.fields import BOUND_FIELD, bind, default_of, option_from
+from residency.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _callbacks(group: typer.Typer, path: str = "") -> Iterator[tuple[str, Callable[..., Any]]]:
+    for info in group.registered_commands:
+        assert info.callback is not None
+        yield f"{path}{info.name or info.callback.__name__}", info.callback
+    for sub in group.registered_groups:
+        assert sub.typer_instance is not None
+        yield from _callbacks(sub.typer_instance, f"{path}{sub.name} ")
+
+
+COMMANDS = dict(_callbacks(app))
+
+
+def _bound(callback: Callable[..., Any]) -> Iterator[tuple[str, Any, OptionInfo, Any]]:
+    hints = typing.get_type_hints(callback, include_extras=True)
+    defaults = {name: p.default for name, p in inspect.signature(callback).parameters.items()}
+    for name, hint in hints.items():
+        if typing.get_origin(hint) is not Annotated:
+            continue
+        base, *meta = typing.get_args(hint)
+        for info in meta:
+            if isinstance(info, OptionInfo) and hasattr(info, BOUND_FIELD):
+                yield name, base, info, defaults[name]
+
+
+def test_commands_are_found() -> None:
+    assert {"plan", "serve", "index", "warm", "bench", "eval coverage"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_bound_options_are_their_fields(command: str) -> None:
+    for name, base, info, default in _bound(COMMANDS[command]):
+        model, field_name = getattr(info, BOUND_FIELD)
+        field = model.model_fields[field_name]
+        where = f"{command} {name} -> {model.__name__}.{field_name}"
+        assert info.help == field.description, where
+        # A required field may be an optional flag: the whole model is then optional (--qdrant).
+        types = {field.annotation} | ({field.annotation | None} if field.is_required() else set())
+        assert base in types, f"{where}: {base} != {field.annotation}"
+        if not field.is_required():
+            assert default == default_of(model, field_name), where
+        for rule in field.metadata:
+            if isinstance(rule, Ge):
+                assert info.min == rule.ge, where
+            if isinstance(rule, Le):
+                assert info.max == rule.le, where
+
+
+def test_the_big_commands_bind_their_flags() -> None:
+    counts = {c: len(list(_bound(COMMANDS[c]))) for c in ("plan", "serve")}
+    assert counts["plan"] >= 20, counts
+    assert counts["serve"] >= 10, counts
+
+
+def test_no_type_ignore_on_choices_in_the_cli() -> None:
+    offenders = [
+        f"{path.name}:{n}"
+        for path in sorted((ROOT / "residency" / "cli").glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "type: ignore" in line
+    ]
+    assert offenders == []
+
+
+class _Demo(BaseModel):
+    depth: int = Field(default=3, ge=1, le=9, description="How deep.")
+    ratio: float = Field(default=0.5, gt=0, le=1, description="A share in (0, 1].")
+
+
+def test_option_from_takes_help_and_bounds_from_the_field() -> None:
+    info = option_from(_Demo, "depth", "--depth")
+    assert (info.help, info.min, info.max) == ("How deep.", 1, 9)
+    with pytest.raises(TypeError, match="description"):
+        option_from(_Demo, "depth", help="another text")
+    with pytest.raises(KeyError):
+        option_from(_Demo, "nope")
+
+
+def test_bind_names_the_flag_and_the_value() -> None:
+    assert bind(_Demo, {"depth": 4, "ratio": 1.0, "unrelated": "x"}) == _Demo(depth=4, ratio=1.0)
+    with pytest.raises(ConfigError, match=r"^--ratio: .*greater than 0.*got 0\.0$"):
+        bind(_Demo, {"depth": 4, "ratio": 0.0})
