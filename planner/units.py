@@ -13,6 +13,7 @@ ModelDType = Literal["float32", "bfloat16", "float16"]
 KVCacheDType = Literal["auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2"]
 # `--mamba-cache-dtype` / `--mamba-ssm-cache-dtype`.
 MambaDType = Literal["auto", "float32", "bfloat16", "float16"]
+DTypeFlag = Literal["auto", "float32", "bfloat16", "float16"]  # vllm serve --dtype
 
 DTYPE_BYTES: dict[str, int] = {
     "float32": 4,

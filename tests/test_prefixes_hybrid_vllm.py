@@ -24,9 +24,11 @@ import pytest
 from router_server import RouterProcess
 from vllm_server import VllmServer, VllmServerFactory
 
+from planner import CacheSettings
 from planner.budget import Reserves
 from planner.prefixes import pool_prefixes
-from residency.capacity.report import CapacityRequest, build_capacity_report
+from residency.capacity.report import build_capacity_report
+from residency.capacity.request import DEFAULT_MAX_MODEL_LEN, CapacityRequest
 from residency.corpus.samples import EN_SAMPLE
 from residency.index import build_index, open_index
 from residency.planning.multi import hybrid_pool
@@ -98,8 +100,11 @@ def test_planner_count_of_hybrid_prefixes_is_what_vllm_keeps(
     )
     request = CapacityRequest(
         server=server.base_url,
-        platform="cpu",
-        max_num_batched_tokens=chunk_tokens,
+        cache=CacheSettings(
+            platform="cpu",
+            max_model_len=DEFAULT_MAX_MODEL_LEN,
+            max_num_batched_tokens=chunk_tokens,
+        ),
         reserves=reserves,
     )
     capacity = snapshot(build_capacity_report(request))

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from residency.capacity.report import CapacityRequest, build_capacity_report
+from residency.capacity.report import build_capacity_report
+from residency.capacity.request import CapacityRequest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,6 @@ pure planner, and compare its prediction with vLLM's own numbers."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,7 +15,6 @@ from planner import (
     build_kv_layout,
     plan_capacity,
 )
-from planner.units import KVCacheDType, MambaDType
 from residency.capacity.gpu import LiveGpu
 from residency.capacity.profiles import (
     DEFAULT_MODEL,
@@ -25,50 +23,9 @@ from residency.capacity.profiles import (
     resolve_model,
 )
 from residency.capacity.ranks import estimate_rank_memory, read_host_gpus
+from residency.capacity.request import CapacityRequest
 from residency.errors import ConfigError
 from residency.vllm_client import VllmClient
-
-
-class CapacityRequest(BaseModel):
-    """Everything `residency plan` was asked, as flags name it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str | None = Field(default=None, description="--model: profile name or local path.")
-    profile: str | None = Field(default=None, description="--profile: GPU profile name.")
-    gpu: Literal["auto"] | None = Field(default=None, description="--gpu auto: read via NVML.")
-    gpu_index: int = Field(
-        default=0, ge=0, description="--gpu-index: first visible CUDA device the plan uses."
-    )
-    tensor_parallel_size: int = Field(default=1, ge=1, description="--tensor-parallel-size.")
-    pipeline_parallel_size: int = Field(default=1, ge=1, description="--pipeline-parallel-size.")
-    server: str | None = Field(default=None, description="--server: a running vLLM.")
-    platform: Literal["cuda", "cpu"] = Field(default="cuda", description="--platform.")
-    max_model_len: int = Field(default=32768, ge=1, description="--max-model-len.")
-    gpu_memory_utilization: float = Field(
-        default=0.9, description="--gpu-memory-utilization, in (0, 1]."
-    )
-    kv_cache_memory_bytes: int | None = Field(
-        default=None, ge=1, description="--kv-cache-memory-bytes: bypasses memory profiling."
-    )
-    kv_cache_dtype: KVCacheDType = Field(default="auto", description="--kv-cache-dtype.")
-    block_size: int | None = Field(default=None, ge=1, description="--block-size.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        default="auto", description="--dtype."
-    )
-    mamba_ssm_cache_dtype: MambaDType = Field(
-        default="auto", description="--mamba-ssm-cache-dtype."
-    )
-    cpu_avx512_bf16: bool | None = Field(
-        default=None,
-        description="--cpu-avx512-bf16: the serving CPU has AVX512-BF16; None = detect it on "
-        "this host (the planning host is taken to be the serving host).",
-    )
-    enable_prefix_caching: bool = Field(default=True, description="--enable-prefix-caching.")
-    max_num_batched_tokens: int = Field(default=2048, ge=1, description="--max-num-batched-tokens.")
-    max_num_seqs: int = Field(default=256, ge=1, description="--max-num-seqs.")
-    enforce_eager: bool = Field(default=False, description="--enforce-eager: no CUDA graphs.")
-    reserves: Reserves = Field(default_factory=Reserves, description="Per-request reserves.")
 
 
 class CapacityInputs(BaseModel):
@@ -164,7 +121,7 @@ def _cpu_has_avx512_bf16() -> bool:
 def _resolve_cpu_avx512_bf16(req: CapacityRequest) -> tuple[bool, str | None]:
     """Whether the serving CPU has AVX512-BF16, and how that is known (vLLM's GDN SSM state
     dtype depends on it: vllm/platforms/cpu.py check_and_update_config)."""
-    if req.platform != "cpu":
+    if req.cache.platform != "cpu":
         return False, None
     if req.cpu_avx512_bf16 is not None:
         if req.cpu_avx512_bf16:
@@ -182,21 +139,11 @@ def _resolve_cpu_avx512_bf16(req: CapacityRequest) -> tuple[bool, str | None]:
 
 
 def _settings(req: CapacityRequest, **overrides: object) -> CacheSettings:
-    base: dict[str, object] = dict(
-        platform=req.platform,
-        max_model_len=req.max_model_len,
-        block_size=req.block_size,
-        dtype=req.dtype,
-        kv_cache_dtype=req.kv_cache_dtype,
-        mamba_ssm_cache_dtype=req.mamba_ssm_cache_dtype,
-        enable_prefix_caching=req.enable_prefix_caching,
-        max_num_batched_tokens=req.max_num_batched_tokens,
-        cpu_avx512_bf16=_resolve_cpu_avx512_bf16(req)[0],
-        tensor_parallel_size=req.tensor_parallel_size,
-        pipeline_parallel_size=req.pipeline_parallel_size,
-    )
-    base.update(overrides)
-    return CacheSettings.model_validate(base)
+    """The request's cache flags with the AVX512-BF16 answer resolved and `overrides` applied
+    (what a running server says it uses)."""
+    data = req.cache.model_dump()
+    data.update(cpu_avx512_bf16=_resolve_cpu_avx512_bf16(req)[0], **overrides)
+    return CacheSettings.model_validate(data)
 
 
 def _inputs(
@@ -275,17 +222,14 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
     """Plan capacity from a GPU profile, the live GPU, explicit KV bytes or a running server."""
     if req.server:
         return _server_report(req)
-    if not 0 < req.gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"--gpu-memory-utilization must be in (0, 1], got {req.gpu_memory_utilization}"
-        )
     model = resolve_model(req.model or DEFAULT_MODEL)
     settings = _settings(req)
     if req.kv_cache_memory_bytes is not None:
         plan = plan_capacity(model.spec, settings, req.kv_cache_memory_bytes, req.reserves)
         inputs = _inputs(req, model, settings, "--kv-cache-memory-bytes (profiling bypassed)")
         return _report(plan, inputs)
-    world = req.tensor_parallel_size * req.pipeline_parallel_size
+    tp, pp = req.cache.tensor_parallel_size, req.cache.pipeline_parallel_size
+    world = tp * pp
     host = read_host_gpus(
         live=req.gpu == "auto",
         profile=req.profile or DEFAULT_PROFILE,
@@ -296,10 +240,10 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
     memory = estimate_rank_memory(
         model,
         host,
-        tensor_parallel_size=req.tensor_parallel_size,
-        pipeline_parallel_size=req.pipeline_parallel_size,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
         gpu_memory_utilization=req.gpu_memory_utilization,
-        max_num_batched_tokens=req.max_num_batched_tokens,
+        max_num_batched_tokens=req.cache.max_num_batched_tokens,
         max_num_seqs=req.max_num_seqs,
         enforce_eager=req.enforce_eager,
     )
@@ -337,7 +281,7 @@ def _server_report(req: CapacityRequest) -> CapacityReport:
             "directory here; pass --model with its config.json or a model profile"
         )
     model = resolve_model(ref)
-    length = served.max_model_len or req.max_model_len
+    length = served.max_model_len or req.cache.max_model_len
     overrides: dict[str, object] = {"max_model_len": length}
     if labels.get("user_specified_block_size") == "True" and _label_int(labels, "block_size"):
         overrides["block_size"] = _label_int(labels, "block_size")

@@ -2,18 +2,18 @@
 
 A command declares `Annotated[T, option_from(Model, "name")] = default_of(Model, "name")` with
 `T` the field's own type (a `Literal` alias lists the choices once), and builds the model with
-`bind(Model, locals())`. The field's description is the help text, its `ge`/`le` bounds become
-the option's min/max, and `tests/test_cli_fields.py` checks, for every bound option of every
-command, that default, type and help are the field's.
+`bind(Model, locals())`. The field's description is the help text, its bounds are checked by
+`bind` (one line naming the flag, the value and the interval), and `tests/test_cli_fields.py`
+checks, for every bound option of every command, that default, type and help are the field's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import typer
-from annotated_types import Ge, Le
+from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ValidationError
 from typer.models import OptionInfo
 
@@ -26,18 +26,16 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def option_from(model: type[BaseModel], name: str, *param_decls: str, **kwargs: Any) -> OptionInfo:
-    """A typer option whose help and bounds are those of `model.name`; `kwargs` add what only
-    the command line has (a panel, `show_default`), never a second help text."""
+    """A typer option whose help is the description of `model.name`; `kwargs` add what only
+    the command line has (a panel, `show_default`), never a second help text or bound.
+
+    Bounds stay on the field: `bind` checks them, so an out-of-range value is one line with the
+    flag, the value and the allowed interval (exit 1), the same for every command."""
     field = model.model_fields[name]
-    if "help" in kwargs:
-        raise TypeError(f"{model.__name__}.{name}: the help is the field's description")
-    bounds: dict[str, Any] = {}
-    for rule in field.metadata:
-        if isinstance(rule, Ge):
-            bounds["min"] = rule.ge
-        elif isinstance(rule, Le):
-            bounds["max"] = rule.le
-    info = typer.Option(*param_decls, help=field.description, **bounds, **kwargs)
+    if kwargs.keys() & {"help", "min", "max"}:
+        raise TypeError(f"{model.__name__}.{name}: help and bounds are the field's")
+    make: Callable[..., OptionInfo] = typer.Option
+    info = make(*param_decls, help=field.description, **kwargs)
     setattr(info, BOUND_FIELD, (model, name))
     return info
 
@@ -67,4 +65,21 @@ def bind(model: type[M], params: Mapping[str, Any], /, **extra: Any) -> M:
         err = exc.errors()[0]
         loc = err["loc"]
         where = flag_of(str(loc[0])) if loc and loc[0] in params else ".".join(map(str, loc))
-        raise ConfigError(f"{where}: {err['msg']}, got {err.get('input')!r}") from None
+        field = model.model_fields.get(str(loc[0])) if loc else None
+        span = (
+            f" (allowed: {interval(field.metadata)})" if field and interval(field.metadata) else ""
+        )
+        raise ConfigError(
+            f"{where}: {err['msg'].lower()}, got {err.get('input')!r}{span}"
+        ) from None
+
+
+def interval(rules: list[Any]) -> str:
+    """A field's numeric bounds as an interval, e.g. "(0, 1]"; empty when it has none."""
+    low = next((f"[{r.ge}" for r in rules if isinstance(r, Ge)), None)
+    low = low or next((f"({r.gt}" for r in rules if isinstance(r, Gt)), None)
+    high = next((f"{r.le}]" for r in rules if isinstance(r, Le)), None)
+    high = high or next((f"{r.lt})" for r in rules if isinstance(r, Lt)), None)
+    if low is None and high is None:
+        return ""
+    return f"{low or '(-inf'}, {high or 'inf)'}"

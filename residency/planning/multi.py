@@ -40,6 +40,7 @@ from residency.planning.build import (
 )
 from residency.planning.grouping import Packing, Pair, pack
 from residency.planning.plan_model import (
+    MAX_PREFIXES,
     CapacitySnapshot,
     Coverage,
     PlanPrefix,
@@ -49,8 +50,6 @@ from residency.planning.plan_model import (
 )
 from residency.planning.prefix import render_prefix
 from residency.tokenizer import ModelTokenizer
-
-MAX_PREFIXES = 64  # auto never tries more (each prefix is one more warm and one more probe)
 
 
 def hybrid_pool(capacity: CapacitySnapshot) -> tuple[HybridPool, int] | None:

@@ -14,6 +14,27 @@ from residency.errors import ConfigError
 
 Strategy = Literal["planner", "frequency", "density", "random", "cag", "rag"]
 PLAN_FORMAT_VERSION = 1
+MAX_PREFIXES = 64  # auto never tries more (each prefix is one more warm and one more probe)
+
+
+class PlanSettings(BaseModel):
+    """How `residency plan` chooses beyond the host: the strategy and the prefix count."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Strategy = Field(
+        default="planner",
+        description="planner, or a baseline: frequency, density, random, cag, rag.",
+    )
+    prefixes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PREFIXES,
+        description="Resident prefixes, each within the window, together within the KV cache "
+        "minus --concurrency requests' own tokens; 1: one prefix (the plan before several); "
+        "default: the count with the best expected coverage (--strategy planner).",
+    )
+    seed: int = Field(default=0, description="Seed of the random baseline.")
 
 
 class BlockPool(BaseModel):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from residency.capacity.report import CapacityReport, CapacityRequest, build_capacity_report
+from residency.capacity.report import CapacityReport, build_capacity_report
+from residency.capacity.request import CapacityRequest
 from residency.corpus.chunker_settings import ChunkerSettings
 from residency.corpus.samples import DATA_ROOT as DATA_ROOT
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
@@ -27,8 +28,8 @@ from residency.planning.plan_model import (
     CapacitySnapshot,
     LogFileSummary,
     LogSummary,
+    PlanSettings,
     ResidencyPlan,
-    Strategy,
 )
 from residency.planning.scoring import DEFAULT_DEPTH, attribute_queries
 from residency.query_log import LogRead, expand_log_patterns, merge_by_time, read_query_log
@@ -48,12 +49,10 @@ class PlanJob:
     sample: SampleCorpus = JA_SAMPLE  # the corpus planned when no index_dir is given
     logs: tuple[str, ...] = ()  # --log files or globs (several routers' logs merge by time)
     tokenizer_dir: Path | None = None
-    strategy: Strategy = "planner"
+    settings: PlanSettings = field(default_factory=PlanSettings)  # strategy, --prefixes, seed
     pins: tuple[str, ...] = ()
     excludes: tuple[str, ...] = ()
-    seed: int = 0
     backend: RetrievalBackend | None = None  # attribution through it (e.g. Qdrant), not FAISS
-    prefixes: int | None = None  # --prefixes; None: the planner picks the count
     warnings: list[str] = field(default_factory=list)
 
 
@@ -203,14 +202,14 @@ def run_plan(
         files=files,
     )
     options = PlanOptions(
-        strategy=job.strategy,
+        strategy=job.settings.strategy,
         pins=job.pins,
         excludes=job.excludes,
-        seed=job.seed,
+        seed=job.settings.seed,
         log_summary=summary,
     )
     affinity: dict[Pair, float] = {}
-    if job.strategy == "planner" and job.prefixes != 1:
+    if job.settings.strategy == "planner" and job.settings.prefixes != 1:
         affinity = merge_affinity(co_asked(entries, search, DEFAULT_DEPTH), index_closeness(index))
     plan = build_prefix_plan(
         index,
@@ -219,7 +218,7 @@ def run_plan(
         snapshot(report),
         encoder_for(job, index, sample),
         options,
-        job.prefixes,
+        job.settings.prefixes,
     )
     return report, plan
 
