@@ -514,3 +514,33 @@ def test_rescued_share_counts_only_rag_top5_misses() -> None:
     # RAG misses questions 1 and 2; residency covers 1 of them (losing question 0 does not count).
     assert [r.rag_misses_rescued for r in rows] == [0.0, 0.5]
     assert "covered_mask" not in rows[1].model_dump()
+
+
+def test_prompt_and_uncached_tokens_per_question(index: Index, encoder: LocalTokenizer) -> None:
+    """Prompt = the routed prefix + the added chunks + the question; uncached = all but the
+    prefix. With two prefixes each question pays only the one it is routed to."""
+    one = ResidentSet("one", "planner", RESIDENT, 3, 1000, DEFAULT_K)
+    two = ResidentSet(
+        "two",
+        "planner",
+        frozenset({"alarm::c1", "wind::c1", "battery::c1", "boat::c1"}),
+        4,
+        100,
+        DEFAULT_K,
+        prefix_chunks=(
+            ("p0", frozenset({"alarm::c1", "wind::c1"})),
+            ("p1", frozenset({"battery::c1", "boat::c1"})),
+        ),
+        prefix_token_counts=(100, 200),
+    )
+    # The first four questions rank their own gold first: alarm, wind (p0), battery, boat (p1).
+    four = questions()[:4]
+    report = evaluate_coverage(index, four, [one, two], encoder, source="test", margin=0)
+    asked = sum(encoder.count(q.query) for q in four) / len(four)
+    for row in report.results:
+        m = row.overall
+        assert m.mean_uncached_tokens == pytest.approx(m.mean_added_tokens + asked)
+    single, double = (r.overall for r in report.results)
+    assert single.mean_prompt_tokens == pytest.approx(1000 + single.mean_uncached_tokens)
+    paid = double.mean_prompt_tokens - double.mean_uncached_tokens
+    assert paid == pytest.approx((2 * 100 + 2 * 200) / 4)

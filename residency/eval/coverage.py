@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from residency.corpus.model import Chunk, Section
 from residency.eval.coverage_report import (
@@ -98,6 +98,7 @@ class ResidentSet:
     predicted_share: float | None = None  # the plan's own sum of p(s), if it is a plan
     # Several prefixes: each question sees only the one it is routed to (busiest first).
     prefix_chunks: tuple[tuple[str, frozenset[str]], ...] = ()
+    prefix_token_counts: tuple[int, ...] = ()  # tokens of each of `prefix_chunks`' prefixes
 
     @classmethod
     def from_plan(cls, plan: ResidencyPlan, k: int, name: str | None = None) -> ResidentSet:
@@ -112,6 +113,7 @@ class ResidentSet:
         return cls(
             name=name or ("residency" if len(prefixes) > 1 else default),
             prefix_chunks=per_prefix if len(prefixes) > 1 else (),
+            prefix_token_counts=tuple(p.tokens for p in prefixes) if len(prefixes) > 1 else (),
             strategy=plan.strategy,
             chunk_ids=chunk_ids,
             sections=plan.coverage.resident_sections,
@@ -131,6 +133,8 @@ class Outcome:
     added_chunks: int
     added_tokens: int
     all_visible: bool = False  # every gold section visible (questions that need several)
+    prompt_tokens: int = 0  # the routed prefix + added chunks + the question
+    uncached_tokens: int = 0  # added chunks + the question (the prefix is cached)
 
     @property
     def covered(self) -> bool:
@@ -194,6 +198,8 @@ def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
         misrouted=sum(1 for o in outcomes if not o.covered and o.route == "resident"),
         mean_added_chunks=share(sum(o.added_chunks for o in outcomes)),
         mean_added_tokens=share(sum(o.added_tokens for o in outcomes)),
+        mean_prompt_tokens=share(sum(o.prompt_tokens for o in outcomes)),
+        mean_uncached_tokens=share(sum(o.uncached_tokens for o in outcomes)),
     )
 
 
@@ -220,12 +226,15 @@ def evaluate_resident_set(
     tokens: Mapping[str, int],
     margin: int,
     hedge: int = DEFAULT_HEDGE,
+    question_tokens: Mapping[str, int] | None = None,
 ) -> StrategyResult:
-    """Coverage of answerable `questions` (already ranked) under one resident set."""
+    """Coverage of answerable `questions` (already ranked) under one resident set, and what each
+    prompt costs (`question_tokens`: each query's tokens; none: the question counts 0)."""
     by_type: dict[str, list[Outcome]] = {}
     outcomes: list[Outcome] = []
     prefix_of = {c: pid for pid, chunks in resident.prefix_chunks for c in chunks}
     per_prefix = dict(resident.prefix_chunks)
+    size_of = dict(zip(per_prefix, resident.prefix_token_counts, strict=False))
     for q in questions:
         if not q.relevant_ids:
             continue
@@ -238,10 +247,11 @@ def evaluate_resident_set(
             gold_sections.append(frozenset())  # an unknown gold id is never visible
         gold = {c for chunks in gold_sections for c in chunks}
         visible = resident.chunk_ids
+        prefix_tokens = resident.prefix_tokens
         if per_prefix:  # as the router serves it: only the chosen prefix is in the prompt
-            visible = per_prefix[
-                choose_prefix(rankings[q.query], prefix_of, resident.prefix_chunks[0][0])
-            ]
+            chosen = choose_prefix(rankings[q.query], prefix_of, resident.prefix_chunks[0][0])
+            visible = per_prefix[chosen]
+            prefix_tokens = size_of.get(chosen, prefix_tokens)
         outcome = question_outcome(
             rankings[q.query],
             visible,
@@ -251,6 +261,12 @@ def evaluate_resident_set(
             margin=margin,
             hedge=hedge,
             gold_sections=gold_sections,
+        )
+        own = (question_tokens or {}).get(q.query, 0)
+        outcome = replace(
+            outcome,
+            prompt_tokens=prefix_tokens + outcome.added_tokens + own,
+            uncached_tokens=outcome.added_tokens + own,
         )
         outcomes.append(outcome)
         by_type.setdefault(q.type or UNTYPED, []).append(outcome)
@@ -305,9 +321,10 @@ def evaluate_coverage(
     answerable = [q for q in questions if q.relevant_ids]
     rankings = rank_queries(index, [q.query for q in answerable], prefetch, progress)
     tokens = chunk_token_counts(index, encoder)
+    asked = {q.query: encoder.count(q.query) for q in answerable}
     results = rescued_of_rag(
         [
-            evaluate_resident_set(index, answerable, rankings, r, tokens, margin, hedge)
+            evaluate_resident_set(index, answerable, rankings, r, tokens, margin, hedge, asked)
             for r in resident_sets
         ]
     )

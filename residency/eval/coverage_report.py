@@ -42,6 +42,18 @@ class CoverageMetrics(BaseModel):
     mean_added_tokens: float = Field(
         ge=0, description="Mean prompt tokens beyond the cached prefix (added chunks)."
     )
+    mean_prompt_tokens: float = Field(
+        default=0.0,
+        ge=0,
+        description="Mean prompt tokens per question: the prefix it is routed to, the added "
+        "chunks and the question (chat template not counted).",
+    )
+    mean_uncached_tokens: float = Field(
+        default=0.0,
+        ge=0,
+        description="Mean prompt tokens vLLM must prefill per question: the added chunks and the "
+        "question (the resident prefix counted as cached whole).",
+    )
 
 
 class StrategyResult(BaseModel):
@@ -113,6 +125,12 @@ class RowAcrossSeeds(BaseModel):
     coverage_all: SeedStat = Field(description="Coverage (every gold section visible).")
     resident_share: SeedStat = Field(description="Gold in the prefix.")
     mean_added_tokens: SeedStat = Field(description="Prompt tokens beyond the cached prefix.")
+    mean_prompt_tokens: SeedStat | None = Field(
+        default=None, description="Prompt tokens per question (prefix, added chunks, question)."
+    )
+    mean_uncached_tokens: SeedStat | None = Field(
+        default=None, description="Prompt tokens to prefill per question (added chunks, question)."
+    )
     rag_misses_rescued: SeedStat | None = Field(
         default=None, description="Share of rag-top5's misses this row covers (None: no misses)."
     )

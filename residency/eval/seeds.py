@@ -33,6 +33,8 @@ def mean_metrics(metrics: Sequence[CoverageMetrics]) -> CoverageMetrics:
         misrouted=round(sum(m.misrouted for m in metrics) / n),
         mean_added_chunks=sum(m.mean_added_chunks for m in metrics) / n,
         mean_added_tokens=sum(m.mean_added_tokens for m in metrics) / n,
+        mean_prompt_tokens=sum(m.mean_prompt_tokens for m in metrics) / n,
+        mean_uncached_tokens=sum(m.mean_uncached_tokens for m in metrics) / n,
     )
 
 
@@ -79,6 +81,8 @@ def across_seeds(reports: Sequence[CoverageReport]) -> tuple[RowAcrossSeeds, ...
                 coverage_all=_stat([m.coverage_all for m in rows]),
                 resident_share=_stat([m.resident_share for m in rows]),
                 mean_added_tokens=_stat([m.mean_added_tokens for m in rows]),
+                mean_prompt_tokens=_stat([m.mean_prompt_tokens for m in rows]),
+                mean_uncached_tokens=_stat([m.mean_uncached_tokens for m in rows]),
                 rag_misses_rescued=_stat(rescued) if rescued else None,
             )
         )
