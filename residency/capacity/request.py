@@ -51,16 +51,24 @@ class CapacityRequest(BaseModel):
         default=None,
         description="--platform cpu, hybrid models: the serving CPU has AVX512-BF16, so vLLM "
         "keeps GDN state in float32 unless --mamba-ssm-cache-dtype is 16-bit (default: detect "
-        "on this host, taken as the serving host). Decides `cache.cpu_avx512_bf16`.",
+        "on this host, taken as the serving host).",
     )
     gpu_memory_utilization: float = Field(
-        default=0.9, gt=0, le=1, description="--gpu-memory-utilization, in (0, 1]."
+        default=0.9,
+        gt=0,
+        le=1,
+        description="--gpu-memory-utilization: the share of GPU memory vLLM may use, in (0, 1].",
     )
     kv_cache_memory_bytes: int | None = Field(
         default=None,
         ge=1,
         description="--kv-cache-memory-bytes: KV bytes, bypassing memory profiling.",
     )
-    max_num_seqs: int = Field(default=256, ge=1, description="--max-num-seqs.")
+    max_num_seqs: int = Field(
+        default=256,
+        ge=1,
+        description="--max-num-seqs: sequences per scheduler step (sizes the sampler's warm-up "
+        "memory).",
+    )
     enforce_eager: bool = Field(default=False, description="--enforce-eager: no CUDA-graph memory.")
     reserves: Reserves = Field(default_factory=Reserves, description="Per-request reserves.")

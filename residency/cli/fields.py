@@ -9,6 +9,7 @@ checks, for every bound option of every command, that default, type and help are
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -34,10 +35,24 @@ def option_from(model: type[BaseModel], name: str, *param_decls: str, **kwargs: 
     field = model.model_fields[name]
     if kwargs.keys() & {"help", "min", "max"}:
         raise TypeError(f"{model.__name__}.{name}: help and bounds are the field's")
+    flags = [d for decl in param_decls for d in decl.split("/") if d.startswith("--")]
     make: Callable[..., OptionInfo] = typer.Option
-    info = make(*param_decls, help=field.description, **kwargs)
+    info = make(*param_decls, help=help_text(field.description, flags or [flag_of(name)]), **kwargs)
     setattr(info, BOUND_FIELD, (model, name))
     return info
+
+
+def help_text(description: str | None, flags: list[str]) -> str | None:
+    """The field's description without its own flag in front ("--max-num-seqs: how many" reads
+    "How many" under --max-num-seqs); kept whole when nothing would follow."""
+    if not description:
+        return description
+    for flag in flags:
+        match = re.match(re.escape(flag) + r"[:;,] +(?=\S)", description)
+        if match:
+            rest = description[match.end() :]
+            return rest[0].upper() + rest[1:] if rest[:2].islower() else rest
+    return description
 
 
 def default_of(model: type[BaseModel], name: str) -> Any:
