@@ -25,7 +25,7 @@ from conftest import JSQUAD_VALID, REPO_ROOT
 from residency.atomic import write_bytes_atomic
 from residency.eval.prune import PruneEvalJob, run_prune_eval
 from residency.eval.prune_report import PruneEvalReport
-from residency.serve.pruner_settings import PRUNER_SERVER_ARGS
+from residency.serve.pruner_settings import PRUNER_SERVER_ARGS, PrunerSettings
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the vLLM server harness lives beside the tests
 from vllm_server import VllmServer
@@ -80,7 +80,7 @@ def figures(report: PruneEvalReport) -> dict[str, Any]:
 
 
 def test_jsquad_pruning(benchmark: Any, server: VllmServer) -> None:
-    job = PruneEvalJob(JSQUAD_VALID, server.base_url, limit=QUESTIONS)
+    job = PruneEvalJob(JSQUAD_VALID, PrunerSettings(url=server.base_url), limit=QUESTIONS)
     report: PruneEvalReport = benchmark.pedantic(
         run_prune_eval, args=(job, _Quiet()), rounds=1, iterations=1
     )

@@ -125,6 +125,21 @@ def test_settings_reject(bad: dict[str, Any]) -> None:
         PrunerSettings.model_validate({"url": "http://h", "model": "m", **bad})
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--threshold", "6"), ("--keep-top-k", "-1"), ("--k", "0"), ("--limit", "0")],
+    ids=["threshold", "keep-top-k", "k", "limit"],
+)
+def test_eval_prune_refuses_a_flag_out_of_its_fields_bounds(flag: str, value: str) -> None:
+    # Bound to PrunerSettings / PruneEvalSettings: refused as the flags are parsed, before any
+    # call to the (here absent) pruner.
+    app = typer.Typer()
+    app.command()(prune_command)
+    out = CliRunner().invoke(app, ["--pruner-url", "http://127.0.0.1:9", flag, value])
+    assert out.exit_code == 2, out.output
+    assert f"'{flag}'" in out.output
+
+
 def test_api_key_sent_and_not_shown() -> None:
     settings = PrunerSettings(url="http://h", model="m", api_key="sk-secret")
     sent: list[str | None] = []
@@ -495,7 +510,8 @@ SQUAD = {
 def test_live_eval_report_and_cli(pruner_server: VllmServer, tmp_path: Path) -> None:
     squad = tmp_path / "squad.json"
     squad.write_bytes(orjson.dumps(SQUAD))
-    job = PruneEvalJob(squad, pruner_server.base_url, k=3, limit=10, cache_dir=tmp_path / "cache")
+    pruner = PrunerSettings(url=pruner_server.base_url)
+    job = PruneEvalJob(squad, pruner, k=3, limit=10, cache_dir=tmp_path / "cache")
     report = run_prune_eval(job, _Quiet())
     assert report.questions == 4
     assert [r.name for r in report.rows] == ["pruner", "floor only", "grades only"]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 from residency_cli import run_cli
 
+from residency.cli import main
 from residency.errors import ConfigError
 from residency.serve.prompt import (
     CLIENT_SYSTEM_HEADER,
@@ -206,3 +209,68 @@ def test_a_taken_port_and_a_missing_plan_are_one_line_each(tmp_path: Path) -> No
     assert missing.stderr.strip().splitlines() == [
         f"error: --plan {tmp_path / 'plan.json'}: cannot read it (No such file or directory)"
     ]
+
+
+def _serve_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, list[str]]:
+    """`residency serve ARGS` through the CLI's own entry point, in this process: exit status
+    and stderr's lines (every case here is refused before anything is read or served)."""
+    monkeypatch.setattr(sys, "argv", ["residency", "serve", "--plan", "absent.json", *args])
+    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.delenv("RESIDENCY_API_KEY", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main()
+    code = exited.value.code
+    assert isinstance(code, int)
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "code"),
+    [
+        (("--k", "101"), "--k", 2),  # a ge/le bound: click refuses it as it parses
+        (("--max-concurrent", "0"), "--max-concurrent", 2),
+        (("--prune-threshold", "6", "--pruner-url", "http://h"), "--prune-threshold", 2),
+        (("--retriever", "faiss"), "--retriever", 2),  # a Literal: the choices
+        (("--api-key", "short"), "--api-key", 1),  # min_length: refused by bind, one line
+        (("--host", "0.0.0.0"), "--api-key", 1),  # exposure without a key
+        pytest.param(
+            ("--health-interval", "0"),
+            "--health-interval",
+            1,
+            marks=pytest.mark.xfail(
+                reason="bind spells the flag from the field name (--health-interval-s), not "
+                "from the option's declared spelling (residency/cli/fields.py)"
+            ),
+        ),
+        pytest.param(
+            ("--pruner-url", "ftp://h"),
+            "--pruner-url",
+            1,
+            marks=pytest.mark.xfail(reason="bind names it --url (the field), see above"),
+        ),
+    ],
+    ids=[
+        "k-101",
+        "max-concurrent-0",
+        "prune-threshold-6",
+        "retriever-faiss",
+        "short-api-key",
+        "exposed-host",
+        "health-interval-0",
+        "pruner-url-ftp",
+    ],
+)
+def test_a_refused_serve_flag_is_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: tuple[str, ...],
+    flag: str,
+    code: int,
+) -> None:
+    got, lines = _serve_in_process(monkeypatch, capsys, *args)
+    assert got == code, lines
+    naming = [line for line in lines if re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", line)]
+    assert len(naming) == 1, lines
+    assert "Traceback" not in "\n".join(lines)

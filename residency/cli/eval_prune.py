@@ -5,35 +5,26 @@ question set with gold section ids, and the gold evidence it keeps (registered o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from residency.cli.fields import bind, default_of, option_from
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import echo_json, pct
 from residency.errors import ConfigError
-from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
-from residency.serve.pruner_settings import PRUNER_SERVER_FLAG, PrunerSettings
+from residency.eval.defaults import COVERAGE_CACHE
+from residency.eval.prune_report import PruneEvalReport, PruneEvalSettings
+from residency.serve.pruner_settings import PrunerSettings
 
-if TYPE_CHECKING:
-    from residency.eval.prune_report import PruneEvalReport
-
-_DEFAULTS = PrunerSettings(url="http://localhost", model="-")
+P = PrunerSettings
 
 
 def prune(
-    pruner_url: Annotated[
-        str,
-        typer.Option(
-            help="OpenAI-compatible endpoint of the grading model, e.g. http://127.0.0.1:8001 "
-            f"(vLLM: start it with {PRUNER_SERVER_FLAG})."
-        ),
-    ],
-    pruner_model: Annotated[
-        str | None, typer.Option(help="Model to grade with (default: the first one served).")
-    ] = None,
+    url: Annotated[str, option_from(P, "url", "--pruner-url")],
+    model: Annotated[str, option_from(P, "model", "--pruner-model")] = default_of(P, "model"),
     squad: Annotated[
         Path | None,
         typer.Option(
@@ -56,19 +47,21 @@ def prune(
         ),
     ] = None,
     sample: SampleOption = DEFAULT_SAMPLE_NAME,
-    threshold: Annotated[
-        int, typer.Option(help="Keep chunks graded at or above this (5 essential .. 1 unrelated).")
-    ] = _DEFAULTS.threshold,
-    keep_top_k: Annotated[
-        int, typer.Option(help="Always keep this many top-ranked chunks, whatever their grade.")
-    ] = _DEFAULTS.keep_top_k,
-    k: Annotated[int, typer.Option("--k", help="Chunks retrieved per question.")] = DEFAULT_PRUNE_K,
-    limit: Annotated[
-        int, typer.Option(help="Questions to evaluate (spread evenly over the file).")
-    ] = DEFAULT_PRUNE_LIMIT,
-    timeout: Annotated[
-        float, typer.Option(help="Seconds per pruner call before it keeps everything.")
-    ] = _DEFAULTS.timeout_s,
+    threshold: Annotated[int, option_from(P, "threshold", "--threshold")] = default_of(
+        P, "threshold"
+    ),
+    keep_top_k: Annotated[int, option_from(P, "keep_top_k", "--keep-top-k")] = default_of(
+        P, "keep_top_k"
+    ),
+    k: Annotated[int, option_from(PruneEvalSettings, "k", "--k")] = default_of(
+        PruneEvalSettings, "k"
+    ),
+    limit: Annotated[int, option_from(PruneEvalSettings, "limit", "--limit")] = default_of(
+        PruneEvalSettings, "limit"
+    ),
+    timeout_s: Annotated[float, option_from(P, "timeout_s", "--timeout")] = default_of(
+        P, "timeout_s"
+    ),
     cache_dir: Annotated[
         Path,
         typer.Option(
@@ -89,16 +82,12 @@ def prune(
         raise ConfigError("--squad brings its own questions and index: drop --questions/--index")
     job = PruneEvalJob(
         squad_file=squad,
+        pruner=bind(PrunerSettings, locals()),
+        k=k,
+        limit=limit,
         questions_file=questions,
         index_dir=index,
         sample=get_sample(sample),
-        url=pruner_url,
-        model=pruner_model,
-        threshold=threshold,
-        keep_top_k=keep_top_k,
-        k=k,
-        limit=limit,
-        timeout_s=timeout,
         cache_dir=cache_dir,
     )
     with bar:

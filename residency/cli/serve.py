@@ -1,13 +1,19 @@
-"""`residency serve`: run the OpenAI-compatible router in front of one or more vLLM servers."""
+"""`residency serve`: run the OpenAI-compatible router in front of one or more vLLM servers.
+
+Every option but the lists, --today and --no-log is bound to a field of `ServeSettings`,
+`RequestLimits`, `PrunerSettings` or `QdrantOptions` (residency/cli/fields.py): the field holds
+the help, the bounds, the choices and the default.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from residency.cli.fields import bind, default_of, option_from
 from residency.cli.options import PlanOption
 from residency.cli.qdrant_options import (
     DEFAULT_FUSION,
@@ -18,199 +24,101 @@ from residency.cli.qdrant_options import (
     qdrant_options,
 )
 from residency.errors import ConfigError
-from residency.serve.settings import (
-    WATCH_PLAN_INTERVAL_S,
-    PrunerOptions,
-    RequestLimits,
-    RetrieverName,
-    ServeSettings,
-)
+from residency.serve.pruner_settings import PrunerSettings
+from residency.serve.settings import RequestLimits, RetrieverName, ServeSettings
 
 _ROUTE = "Routing"
 _NET = "Network"
-_PRUNE = "Pruner"
+_PRUNE = "Pruner (off without --pruner-url)"
 _SAFE = "Limits and safety"
-_LIMIT = RequestLimits.model_fields  # the defaults, declared once
+S, L, P = ServeSettings, RequestLimits, PrunerSettings
 
 
-def _default(name: str) -> Any:
-    return _LIMIT[name].default
+def _help(name: str) -> str | None:
+    """The help of a flag that cannot be bound to its field (a list, or a date typer lacks)."""
+    return ServeSettings.model_fields[name].description
 
 
 def serve(
     plan: PlanOption = Path("plan.json"),
     upstream: Annotated[
         list[str] | None,
-        typer.Option(
-            help="vLLM base URL (repeatable; balanced by least outstanding requests). "
-            "Default: http://127.0.0.1:8000."
-        ),
+        typer.Option(help=_help("upstreams"), show_default=default_of(S, "upstreams")[0]),
     ] = None,
-    index: Annotated[
-        Path | None, typer.Option(help="Index directory (default: the one the plan names).")
-    ] = None,
-    host: Annotated[
-        str,
-        typer.Option(
-            help="Address to bind; beyond loopback needs --api-key.", rich_help_panel=_NET
-        ),
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.", rich_help_panel=_NET)] = 8100,
+    index: Annotated[Path | None, option_from(S, "index")] = default_of(S, "index"),
+    host: Annotated[str, option_from(S, "host", rich_help_panel=_NET)] = default_of(S, "host"),
+    port: Annotated[int, option_from(S, "port", rich_help_panel=_NET)] = default_of(S, "port"),
     api_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="RESIDENCY_API_KEY",
-            help="Bearer token clients must send (all paths but /health).",
-            rich_help_panel=_NET,
-        ),
-    ] = None,
+        str | None, option_from(S, "api_key", envvar="RESIDENCY_API_KEY", rich_help_panel=_NET)
+    ] = default_of(S, "api_key"),
     upstream_api_key: Annotated[
         str | None,
-        typer.Option(
-            envvar="VLLM_API_KEY",
-            help="Bearer token for the upstreams (vLLM --api-key).",
-            rich_help_panel=_NET,
-        ),
-    ] = None,
-    log: Annotated[
-        Path | None,
-        typer.Option(
-            help="Query log appended per request (what `residency plan --log` reads). "
-            "Default: query-log.jsonl beside the plan."
-        ),
-    ] = None,
+        option_from(S, "upstream_api_key", envvar="VLLM_API_KEY", rich_help_panel=_NET),
+    ] = default_of(S, "upstream_api_key"),
+    log: Annotated[Path | None, option_from(S, "log")] = None,
     no_log: Annotated[bool, typer.Option("--no-log", help="Do not write a query log.")] = False,
-    k: Annotated[
-        int,
-        typer.Option(
-            help="Long-tail chunks added when the evidence is not resident.", rich_help_panel=_ROUTE
-        ),
-    ] = 5,
-    margin: Annotated[
-        int,
-        typer.Option(
-            help="A long-tail chunk within this many ranks of a resident top hit is added.",
-            rich_help_panel=_ROUTE,
-        ),
-    ] = 1,
-    hedge: Annotated[
-        int,
-        typer.Option(
-            help="Long-tail chunks added even on the resident route.", rich_help_panel=_ROUTE
-        ),
-    ] = 1,
+    k: Annotated[int, option_from(S, "k", rich_help_panel=_ROUTE)] = default_of(S, "k"),
+    margin: Annotated[int, option_from(S, "margin", rich_help_panel=_ROUTE)] = default_of(
+        S, "margin"
+    ),
+    hedge: Annotated[int, option_from(S, "hedge", rich_help_panel=_ROUTE)] = default_of(S, "hedge"),
     retriever: Annotated[
-        str,
-        typer.Option(
-            help="hybrid (dense + BM25, fused), bm25, dense (in process), or qdrant (the "
-            "same fusion over the index's Qdrant collection, see --qdrant).",
-            rich_help_panel=_ROUTE,
-        ),
-    ] = "hybrid",
-    today: Annotated[
-        str | None,
-        typer.Option(
-            help="Date time expressions resolve against (YYYY-MM-DD; default: today).",
-            rich_help_panel=_ROUTE,
-        ),
+        RetrieverName, option_from(S, "retriever", rich_help_panel=_ROUTE)
+    ] = default_of(S, "retriever"),
+    today: Annotated[str | None, typer.Option(help=_help("today"), rich_help_panel=_ROUTE)] = None,
+    max_dated: Annotated[int, option_from(S, "max_dated", rich_help_panel=_ROUTE)] = default_of(
+        S, "max_dated"
+    ),
+    url: Annotated[
+        str | None, option_from(P, "url", "--pruner-url", rich_help_panel=_PRUNE)
     ] = None,
-    max_dated: Annotated[
-        int,
-        typer.Option(help="Dated sections pinned for a time expression.", rich_help_panel=_ROUTE),
-    ] = 5,
-    pruner_url: Annotated[
-        str | None,
-        typer.Option(
-            help="OpenAI-compatible URL of a small model that grades passages (off if unset); "
-            "serve it with vLLM --structured-outputs-config "
-            '\'{"backend": "xgrammar", "disable_any_whitespace": true}\'.',
-            rich_help_panel=_PRUNE,
-        ),
-    ] = None,
-    pruner_model: Annotated[
-        str | None, typer.Option(help="The pruner's model name.", rich_help_panel=_PRUNE)
-    ] = None,
-    prune_threshold: Annotated[
-        int,
-        typer.Option(
-            help="Keep passages graded at least this (5 essential ... 1 unrelated).",
-            rich_help_panel=_PRUNE,
-        ),
-    ] = 3,
-    prune_keep_top_k: Annotated[
-        int,
-        typer.Option(help="Always keep this many best-ranked passages.", rich_help_panel=_PRUNE),
-    ] = 2,
-    warm: Annotated[
-        bool, typer.Option(help="Warm each upstream with the plan's prefix as it joins.")
-    ] = True,
-    watch_plan: Annotated[
-        bool,
-        typer.Option(
-            "--watch-plan",
-            help=f"Reload --plan when its content changes (checked every "
-            f"{WATCH_PLAN_INTERVAL_S:g} s), as SIGHUP does.",
-        ),
-    ] = False,
-    health_interval: Annotated[
-        float, typer.Option(help="Seconds between upstream health checks.")
-    ] = 5.0,
-    request_timeout: Annotated[
-        float, typer.Option(help="Seconds one upstream request may take.")
-    ] = 600.0,
+    model: Annotated[
+        str, option_from(P, "model", "--pruner-model", rich_help_panel=_PRUNE)
+    ] = default_of(P, "model"),
+    threshold: Annotated[
+        int, option_from(P, "threshold", "--prune-threshold", rich_help_panel=_PRUNE)
+    ] = default_of(P, "threshold"),
+    keep_top_k: Annotated[
+        int, option_from(P, "keep_top_k", "--prune-keep-top-k", rich_help_panel=_PRUNE)
+    ] = default_of(P, "keep_top_k"),
+    timeout_s: Annotated[
+        float, option_from(P, "timeout_s", "--pruner-timeout", rich_help_panel=_PRUNE)
+    ] = default_of(P, "timeout_s"),
+    warm: Annotated[bool, option_from(S, "warm")] = default_of(S, "warm"),
+    watch_plan: Annotated[bool, option_from(S, "watch_plan", "--watch-plan")] = default_of(
+        S, "watch_plan"
+    ),
+    health_interval_s: Annotated[
+        float, option_from(S, "health_interval_s", "--health-interval")
+    ] = default_of(S, "health_interval_s"),
+    request_timeout_s: Annotated[
+        float, option_from(S, "request_timeout_s", "--request-timeout")
+    ] = default_of(S, "request_timeout_s"),
     max_body_bytes: Annotated[
-        int, typer.Option(help="Largest request body (413 beyond).", rich_help_panel=_SAFE)
-    ] = _default("max_body_bytes"),
+        int, option_from(L, "max_body_bytes", rich_help_panel=_SAFE)
+    ] = default_of(L, "max_body_bytes"),
     max_question_chars: Annotated[
-        int,
-        typer.Option(
-            help="Characters of the question used for retrieval and the query log (a longer "
-            "question is still answered whole).",
-            rich_help_panel=_SAFE,
-        ),
-    ] = _default("max_question_chars"),
+        int, option_from(L, "max_question_chars", rich_help_panel=_SAFE)
+    ] = default_of(L, "max_question_chars"),
     max_concurrent: Annotated[
-        int,
-        typer.Option(
-            help="Generation requests in flight, streams included (429 beyond).",
-            rich_help_panel=_SAFE,
-        ),
-    ] = _default("max_concurrent"),
-    header_timeout: Annotated[
-        float,
-        typer.Option(
-            help="Seconds a connection may take to send its request line and headers.",
-            rich_help_panel=_SAFE,
-        ),
-    ] = _default("header_timeout_s"),
-    body_timeout: Annotated[
-        float,
-        typer.Option(help="Seconds a request body may take (408 beyond).", rich_help_panel=_SAFE),
-    ] = _default("body_timeout_s"),
+        int, option_from(L, "max_concurrent", rich_help_panel=_SAFE)
+    ] = default_of(L, "max_concurrent"),
+    header_timeout_s: Annotated[
+        float, option_from(L, "header_timeout_s", "--header-timeout", rich_help_panel=_SAFE)
+    ] = default_of(L, "header_timeout_s"),
+    body_timeout_s: Annotated[
+        float, option_from(L, "body_timeout_s", "--body-timeout", rich_help_panel=_SAFE)
+    ] = default_of(L, "body_timeout_s"),
     allow_origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Browser origin let in, e.g. https://app.example (repeatable; requests "
-            "carrying any other Origin get 403).",
-            rich_help_panel=_SAFE,
-        ),
+        list[str] | None, typer.Option(help=_help("allow_origins"), rich_help_panel=_SAFE)
     ] = None,
     allow_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Host header name accepted besides --host (repeatable; e.g. behind a proxy).",
-            rich_help_panel=_SAFE,
-        ),
+        list[str] | None, typer.Option(help=_help("allow_hosts"), rich_help_panel=_SAFE)
     ] = None,
     allow_prompt_readback: Annotated[
         bool,
-        typer.Option(
-            "--allow-prompt-readback",
-            help="Pass echo, prompt_logprobs, return_token_ids and return_tokens_as_token_ids "
-            "on: they return the hidden prompt (prefix and retrieved passages).",
-            rich_help_panel=_SAFE,
-        ),
-    ] = False,
+        option_from(S, "allow_prompt_readback", "--allow-prompt-readback", rich_help_panel=_SAFE),
+    ] = default_of(S, "allow_prompt_readback"),
     qdrant: QdrantLocation = None,
     collection: QdrantCollection = None,
     qdrant_api_key: QdrantApiKey = None,
@@ -222,50 +130,23 @@ def serve(
     prefixes warmed on every upstream before new requests use it; requests in flight finish on
     the old one; a plan that fails is refused in one log line and the old plan keeps serving.
     """
-    if retriever not in ("hybrid", "bm25", "dense", "qdrant"):
-        raise ConfigError(f"--retriever {retriever!r}: choose hybrid, bm25, dense or qdrant")
-    qdrant_settings = qdrant_options(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
     try:
         day = dt.date.fromisoformat(today) if today else None
     except ValueError:
         raise ConfigError(f"--today {today!r}: expected YYYY-MM-DD") from None
-    retriever_name: RetrieverName = retriever  # type: ignore[assignment]
-    settings = ServeSettings(
-        plan=plan,
-        index=index,
-        upstreams=tuple(upstream or ("http://127.0.0.1:8000",)),
-        host=host,
-        port=port,
-        api_key=api_key,
-        upstream_api_key=upstream_api_key,
+    params = locals()
+    settings = bind(
+        ServeSettings,
+        params,
+        upstreams=tuple(upstream or default_of(S, "upstreams")),
         log=None if no_log else (log or plan.parent / "query-log.jsonl"),
-        k=k,
-        margin=margin,
-        hedge=hedge,
-        retriever=retriever_name,
-        qdrant=qdrant_settings,
+        qdrant=qdrant_options(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion),
         today=day,
-        max_dated=max_dated,
-        pruner=PrunerOptions(
-            url=pruner_url,
-            model=pruner_model,
-            threshold=prune_threshold,
-            keep_top_k=prune_keep_top_k,
-        ),
-        warm=warm,
-        watch_plan=watch_plan,
-        health_interval_s=health_interval,
-        request_timeout_s=request_timeout,
-        limits=RequestLimits(
-            max_body_bytes=max_body_bytes,
-            max_question_chars=max_question_chars,
-            max_concurrent=max_concurrent,
-            header_timeout_s=header_timeout,
-            body_timeout_s=body_timeout,
-        ),
+        # PrunerSettings.api_key is the pruner's own: --api-key is what clients send the router.
+        pruner=bind(PrunerSettings, params, api_key=None) if url else None,
+        limits=bind(RequestLimits, params),
         allow_origins=tuple(allow_origin or ()),
         allow_hosts=tuple(allow_host or ()),
-        allow_prompt_readback=allow_prompt_readback,
     )
     from residency.serve.run import run_server  # the router's imports load only when serving
 

@@ -100,14 +100,13 @@ def evaluate_pruning(
     index: Index,
     questions: Sequence[Question],
     settings: PrunerSettings,
+    measured: PruneEvalSettings,
     *,
-    k: int,
-    source: str,
-    limit: int,
     notes: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
 ) -> PruneEvalReport:
     """Retrieve top-k, prune, and compare kept chunks with each question's gold sections."""
+    k = measured.k
     chunks = {c.id: c for c in index.chunks}
     asked: list[PrunedQuestion] = []
     with httpx.Client() as client:
@@ -135,16 +134,7 @@ def evaluate_pruning(
     )
     failed = [a.result for a in asked if not a.result.valid]
     return PruneEvalReport(
-        settings=PruneEvalSettings(
-            source=source,
-            index_dir=str(index.directory),
-            k=k,
-            limit=limit,
-            url=settings.url,
-            model=settings.model,
-            threshold=settings.threshold,
-            keep_top_k=settings.keep_top_k,
-        ),
+        settings=measured,
         machine=machine_info(),
         questions=len(asked),
         rows=rows,
@@ -154,18 +144,6 @@ def evaluate_pruning(
         first_error=(failed[0].error or "")[:2000] if failed else None,
         notes=tuple(notes),
     )
-
-
-def check_prune_options(k: int, limit: int, threshold: int, keep_top_k: int) -> None:
-    """Raise `ConfigError` for flags out of range, naming the flag."""
-    if k < 1:
-        raise ConfigError(f"--k {k}: retrieve at least 1 chunk per question")
-    if limit < 1:
-        raise ConfigError(f"--limit {limit}: evaluate at least 1 question")
-    if not 1 <= threshold <= 5:
-        raise ConfigError(f"--threshold {threshold}: grades run 1..5 (3 keeps 'supporting' up)")
-    if keep_top_k < 0:
-        raise ConfigError(f"--keep-top-k {keep_top_k}: must be >= 0 (0: no floor)")
 
 
 def served_model(url: str, wanted: str | None, api_key: str | None = None) -> tuple[str, bool]:
@@ -190,13 +168,9 @@ class PruneEvalJob:
     """What `residency eval prune` was asked: a SQuAD file, or questions over an index."""
 
     squad_file: Path | None
-    url: str
-    model: str | None = None
-    threshold: int = 3
-    keep_top_k: int = 2
-    k: int = DEFAULT_PRUNE_K
+    pruner: PrunerSettings  # model "": the first one the server lists
+    k: int = DEFAULT_PRUNE_K  # bounds: PruneEvalSettings.k (the CLI checks them as it parses)
     limit: int = DEFAULT_PRUNE_LIMIT
-    timeout_s: float = 10.0
     cache_dir: Path = COVERAGE_CACHE
     questions_file: Path | None = None  # without squad_file: qa.jsonl with gold section ids
     index_dir: Path | None = None  # without squad_file: the index (default: the sample's)
@@ -234,23 +208,22 @@ def _set_questions(job: PruneEvalJob, progress: BuildProgress) -> tuple[Index, l
 
 def run_prune_eval(job: PruneEvalJob, progress: BuildProgress) -> PruneEvalReport:
     """Index the questions' corpus (cached), then measure the pruner on `limit` questions."""
-    check_prune_options(job.k, job.limit, job.threshold, job.keep_top_k)
-    if not job.url.startswith(("http://", "https://")):
-        raise ConfigError(f"--pruner-url {job.url!r}: expected http(s)://HOST:PORT")
-    model, tiny = served_model(job.url, job.model)
+    model, tiny = served_model(job.pruner.url, job.pruner.model or None, job.pruner.api_key)
     if job.squad_file is not None:
         index, all_questions, note = _squad_questions(job, progress)
         source = str(job.squad_file)
     else:
         index, all_questions, note = _set_questions(job, progress)
         source = str(job.questions_file or job.sample.questions)
-    settings = PrunerSettings(
-        url=job.url,
-        model=model,
-        threshold=job.threshold,
-        keep_top_k=job.keep_top_k,
-        timeout_s=job.timeout_s,
-        language=index.language.code,
+    settings = job.pruner.model_copy(update={"model": model, "language": index.language.code})
+    # The pruner's settings the report records: url, model, threshold, keep_top_k (no api_key).
+    recorded = PruneEvalSettings.model_fields.keys() & PrunerSettings.model_fields.keys()
+    measured = PruneEvalSettings(
+        source=source,
+        index_dir=str(index.directory),
+        k=job.k,
+        limit=job.limit,
+        **settings.model_dump(include=recorded),
     )
     questions = sample_questions(all_questions, job.limit)
     if not questions:
@@ -260,12 +233,5 @@ def run_prune_eval(job: PruneEvalJob, progress: BuildProgress) -> PruneEvalRepor
         notes.append(MEANINGLESS_GRADES_NOTE)
     progress.start("pruning", len(questions))
     return evaluate_pruning(
-        index,
-        questions,
-        settings,
-        k=job.k,
-        source=source,
-        limit=job.limit,
-        notes=notes,
-        progress=progress.advance,
+        index, questions, settings, measured, notes=notes, progress=progress.advance
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.eval.defaults import DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
 from residency.machine import MachineInfo
 from residency.stats import TimingStats
 
@@ -31,14 +32,22 @@ class KeptFigures(BaseModel):
 
 
 class PruneEvalSettings(BaseModel):
-    """What was measured, and against what."""
+    """What was measured, and against what (`k` and `limit` are `eval prune`'s --k and --limit;
+    the pruner's flags are bound to `PrunerSettings`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: str = Field(max_length=4096, description="The questions' source file.")
     index_dir: str = Field(max_length=4096, description="The index chunks were retrieved from.")
-    k: int = Field(ge=1, description="Chunks retrieved per question.")
-    limit: int = Field(ge=1, description="Questions asked for (a stride sample of the file).")
+    k: int = Field(
+        default=DEFAULT_PRUNE_K, ge=1, le=100, description="Chunks retrieved per question."
+    )
+    limit: int = Field(
+        default=DEFAULT_PRUNE_LIMIT,
+        ge=1,
+        le=100_000,
+        description="Questions to evaluate (spread evenly over the file).",
+    )
     url: str = Field(max_length=2048, description="The pruner endpoint.")
     model: str = Field(max_length=512, description="The grading model.")
     threshold: int = Field(ge=1, le=5, description="Grade kept at or above.")

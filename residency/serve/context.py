@@ -21,7 +21,6 @@ from residency.planning.prefix import render_passage
 from residency.routing import ChunkHit, choose_prefix, decide_route
 from residency.serve.prompt import ContextBlock
 from residency.serve.pruner import Passage, PruneResult, prune
-from residency.serve.pruner_settings import PrunerSettings
 from residency.serve.settings import RetrieverName, ServeSettings
 from residency.timex import Period, resolve_period, select_dated
 from residency.vllm_client import Session
@@ -94,15 +93,8 @@ class ContextBuilder:
         }
         self._retriever = _retriever(index, settings.retriever)
         self._pruner = (
-            PrunerSettings(
-                url=settings.pruner.url,
-                model=settings.pruner.model or "",
-                threshold=settings.pruner.threshold,
-                keep_top_k=settings.pruner.keep_top_k,
-                timeout_s=settings.pruner.timeout_s,
-                language=index.language.code,
-            )
-            if settings.pruner.url
+            settings.pruner.model_copy(update={"language": index.language.code})
+            if settings.pruner is not None
             else None
         )
 

@@ -21,7 +21,8 @@ PRUNER_SERVER_FLAG = shlex.join(PRUNER_SERVER_ARGS)  # quoted, to paste into a s
 
 
 class PrunerSettings(BaseModel):
-    """Where the grading model runs and how its grades become a kept set."""
+    """Where the grading model runs and how its grades become a kept set: the one pruner
+    configuration, behind `residency serve --pruner-*` and `residency eval prune`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -29,23 +30,31 @@ class PrunerSettings(BaseModel):
         min_length=1,
         max_length=2048,
         pattern=r"^https?://",
-        description="Base URL of the OpenAI-compatible server (with or without /v1).",
+        description="OpenAI-compatible base URL of the small model that grades passages, e.g. "
+        f"http://127.0.0.1:8001 (with or without /v1); start its vLLM with {PRUNER_SERVER_FLAG}.",
     )
     model: str = Field(
+        default="",
         max_length=512,
-        description="Served model name; empty: the server's default (vLLM: the one it serves).",
+        description="Served model that grades (default: the server's own, the first it lists).",
     )
     threshold: int = Field(
-        default=3, ge=1, le=5, description="Keep passages graded at or above this (1..5)."
+        default=3,
+        ge=1,
+        le=5,
+        description="Keep passages graded at or above this (5 essential ... 1 unrelated).",
     )
     keep_top_k: int = Field(
         default=2,
         ge=0,
         le=1000,
-        description="Always keep this many passages first in retrieval order, whatever the grades.",
+        description="Always keep this many best-ranked passages, whatever their grade.",
     )
     timeout_s: float = Field(
-        default=10.0, gt=0, le=600, description="Seconds before the request is given up."
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Seconds a grading call may take; past it, every passage is kept.",
     )
     max_tokens: int = Field(
         default=2048,

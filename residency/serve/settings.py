@@ -7,26 +7,16 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from residency.retrieval.qdrant_schema import QdrantOptions
 from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+from residency.serve.pruner_settings import PrunerSettings
 
 RetrieverName = Literal["hybrid", "bm25", "dense", "qdrant"]
 # --watch-plan polls plan.json's mtime and size this often (its sha256 only when they change).
 WATCH_PLAN_INTERVAL_S = 2.0
-
-
-class PrunerOptions(BaseModel):
-    """The optional listwise pruner stage (off unless `url` is set)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    url: str | None = Field(default=None, description="--pruner-url: OpenAI-compatible base URL.")
-    model: str | None = Field(default=None, description="--pruner-model (default: its only one).")
-    threshold: int = Field(default=3, ge=1, le=5, description="--prune-threshold: keep grades >=.")
-    keep_top_k: int = Field(default=2, ge=0, le=100, description="--prune-keep-top-k floor.")
-    timeout_s: float = Field(default=10.0, gt=0, le=600, description="--pruner-timeout.")
+DEFAULT_UPSTREAM = "http://127.0.0.1:8000"
 
 
 class RequestLimits(BaseModel):
@@ -35,88 +25,155 @@ class RequestLimits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_body_bytes: int = Field(
-        default=1_048_576, ge=1024, le=1 << 30, description="--max-body-bytes (413 beyond)."
+        default=1_048_576, ge=1024, le=1 << 30, description="Largest request body (413 beyond)."
     )
     max_question_chars: int = Field(
         default=2000,
         ge=1,
         le=1_000_000,
-        description="--max-question-chars: retrieval and the query log use this much of the "
-        "question (the whole question is still answered).",
+        description="Characters of the question used for retrieval and the query log (a longer "
+        "question is still answered whole).",
     )
     max_concurrent: int = Field(
-        default=256, ge=1, le=100_000, description="--max-concurrent requests (429 beyond)."
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Generation requests in flight, streams included (429 beyond).",
     )
     header_timeout_s: float = Field(
-        default=10.0, gt=0, le=3600, description="--header-timeout: request line and headers."
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Seconds a connection may take to send its request line and headers.",
     )
     body_timeout_s: float = Field(
-        default=30.0, gt=0, le=3600, description="--body-timeout: the whole body (408 beyond)."
+        default=30.0, gt=0, le=3600, description="Seconds a request body may take (408 beyond)."
     )
 
 
 class ServeSettings(BaseModel):
-    """Everything the router needs; built by the CLI from flags."""
+    """Everything the router needs; built by the CLI from flags (each description is the help)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    plan: Path = Field(description="--plan: plan.json whose prefix every request starts with.")
-    index: Path | None = Field(default=None, description="--index (default: the plan's index).")
+    plan: Path = Field(description="plan.json whose prefix every request starts with.")
+    index: Path | None = Field(
+        default=None, description="Index directory (default: the one the plan names)."
+    )
     upstreams: tuple[str, ...] = Field(
-        min_length=1, max_length=64, description="--upstream: vLLM base URLs (repeatable)."
+        default=(DEFAULT_UPSTREAM,),
+        min_length=1,
+        max_length=64,
+        description="vLLM base URL (repeatable; balanced by least outstanding requests).",
     )
-    host: str = Field(default="127.0.0.1", min_length=1, description="--host to bind.")
-    port: int = Field(default=8100, ge=0, le=65535, description="--port (0: pick a free one).")
+    host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="Address to bind; beyond loopback needs --api-key.",
+    )
+    port: int = Field(
+        default=8100, ge=0, le=65535, description="Port to listen on (0: pick a free one)."
+    )
     api_key: str | None = Field(
-        default=None, min_length=8, description="--api-key clients must send (Bearer)."
+        default=None,
+        min_length=8,
+        validate_default=True,
+        description="Bearer token clients must send (all paths but /health).",
     )
-    upstream_api_key: str | None = Field(default=None, description="--upstream-api-key.")
-    log: Path | None = Field(description="--log: query log appended per request (None: off).")
-    k: int = Field(default=DEFAULT_K, ge=0, le=100, description="--k long-tail chunks.")
-    margin: int = Field(default=DEFAULT_MARGIN, ge=0, le=100, description="--margin.")
-    hedge: int = Field(default=DEFAULT_HEDGE, ge=0, le=100, description="--hedge.")
-    retriever: RetrieverName = Field(default="hybrid", description="--retriever.")
+    upstream_api_key: str | None = Field(
+        default=None, description="Bearer token for the upstreams (vLLM --api-key)."
+    )
+    log: Path | None = Field(
+        description="Query log appended per request, what `residency plan --log` reads "
+        "(default: query-log.jsonl beside the plan)."
+    )
+    k: int = Field(
+        default=DEFAULT_K,
+        ge=0,
+        le=100,
+        description="Long-tail chunks added when the evidence is not resident.",
+    )
+    margin: int = Field(
+        default=DEFAULT_MARGIN,
+        ge=0,
+        le=100,
+        description="A long-tail chunk within this many ranks of a resident top hit is added.",
+    )
+    hedge: int = Field(
+        default=DEFAULT_HEDGE,
+        ge=0,
+        le=100,
+        description="Long-tail chunks added even on the resident route.",
+    )
+    retriever: RetrieverName = Field(
+        default="hybrid",
+        description="hybrid (dense + BM25, fused), bm25, dense (in process), or qdrant (the "
+        "same fusion over the index's Qdrant collection, see --qdrant).",
+    )
     qdrant: QdrantOptions | None = Field(
-        default=None, description="--qdrant, --collection, ... (with --retriever qdrant)."
+        default=None, description="The Qdrant collection (with --retriever qdrant)."
     )
     prefetch: int = Field(default=40, ge=1, le=1000, description="Chunks fetched before routing.")
     today: dt.date | None = Field(
-        default=None, description="--today for time expressions (None: the local date)."
+        default=None,
+        description="Date time expressions resolve against (YYYY-MM-DD; default: today).",
     )
-    max_dated: int = Field(default=5, ge=0, le=50, description="--max-dated sections pinned.")
-    pruner: PrunerOptions = Field(default_factory=PrunerOptions, description="Pruner stage.")
-    warm: bool = Field(default=True, description="--warm/--no-warm each upstream as it joins.")
+    max_dated: int = Field(
+        default=5, ge=0, le=50, description="Dated sections pinned for a time expression."
+    )
+    pruner: PrunerSettings | None = Field(
+        default=None, description="The listwise pruner stage (None: off)."
+    )
+    warm: bool = Field(
+        default=True, description="Warm each upstream with the plan's prefix as it joins."
+    )
     watch_plan: bool = Field(
-        default=False, description="--watch-plan: reload when plan.json's content changes."
+        default=False,
+        description=f"Reload --plan when its content changes (checked every "
+        f"{WATCH_PLAN_INTERVAL_S:g} s), as SIGHUP does.",
     )
-    health_interval_s: float = Field(default=5.0, gt=0, le=3600, description="--health-interval.")
-    request_timeout_s: float = Field(default=600.0, gt=0, description="--request-timeout.")
+    health_interval_s: float = Field(
+        default=5.0, gt=0, le=3600, description="Seconds between upstream health checks."
+    )
+    request_timeout_s: float = Field(
+        default=600.0, gt=0, description="Seconds one upstream request may take."
+    )
     limits: RequestLimits = Field(
         default_factory=lambda: RequestLimits(), description="What one request may cost."
     )
     allow_origins: tuple[str, ...] = Field(
-        default=(), max_length=64, description="--allow-origin: browser origins let in."
+        default=(),
+        max_length=64,
+        description="Browser origin let in, e.g. https://app.example (repeatable; requests "
+        "carrying any other Origin get 403).",
     )
     allow_hosts: tuple[str, ...] = Field(
-        default=(), max_length=64, description="--allow-host: Host names accepted besides --host."
+        default=(),
+        max_length=64,
+        description="Host header name accepted besides --host (repeatable; e.g. behind a proxy).",
     )
     allow_prompt_readback: bool = Field(
-        default=False, description="--allow-prompt-readback: echo, prompt_logprobs, token ids."
+        default=False,
+        description="Pass echo, prompt_logprobs, return_token_ids and return_tokens_as_token_ids "
+        "on: they return the hidden prompt (prefix and retrieved passages).",
     )
+
+    @field_validator("api_key")
+    @classmethod
+    def _exposure(cls, api_key: str | None, info: ValidationInfo) -> str | None:
+        # A field check, not a model one, so the CLI's refusal names --api-key in one line.
+        host = info.data.get("host")
+        if api_key is None and host is not None and not is_loopback(host):
+            raise ValueError(
+                f"--host {host} exposes the router beyond this machine; pass --api-key "
+                "(or RESIDENCY_API_KEY) or bind --host 127.0.0.1"
+            )
+        return api_key
 
     @model_validator(mode="after")
     def _qdrant(self) -> ServeSettings:
         if (self.retriever == "qdrant") != (self.qdrant is not None):
             raise ValueError("--retriever qdrant and --qdrant URL|PATH go together")
-        return self
-
-    @model_validator(mode="after")
-    def _exposure(self) -> ServeSettings:
-        if not is_loopback(self.host) and self.api_key is None:
-            raise ValueError(
-                f"--host {self.host} exposes the router beyond this machine; pass --api-key "
-                "(or RESIDENCY_API_KEY) or bind --host 127.0.0.1"
-            )
         return self
 
 
