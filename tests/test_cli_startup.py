@@ -28,6 +28,7 @@ LAZY_PACKAGES = (
     "residency.index",
     "residency.retrieval",
     "residency.vllm_client",
+    "residency.warm",
 )
 
 _HELP_EVERYTHING = """

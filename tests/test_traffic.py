@@ -6,11 +6,11 @@ import collections
 
 import pytest
 
+from residency.cli.fields import bind
 from residency.errors import ConfigError
+from residency.eval.coverage_options import TrafficOptions
 from residency.eval.questions import Question
 from residency.eval.traffic import (
-    TrafficOptions,
-    check_traffic_options,
     simulate_traffic,
     split_pools,
     zipf_weights,
@@ -129,18 +129,20 @@ def test_top_paragraph_frequency_follows_zipf_at_large_n() -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("params", "message"),
     [
-        pytest.param((0.0, 10, 10, 0), "--zipf 0", id="zipf-zero"),
-        pytest.param((-1.1, 10, 10, 0), "--zipf -1.1", id="zipf-negative"),
-        pytest.param((1.1, 0, 10, 0), "--log-size 0", id="log-size"),
-        pytest.param((1.1, 10, 0, 0), "--eval-size 0", id="eval-size"),
-        pytest.param((1.1, 10, 10, -1), "--seed -1", id="seed"),
+        pytest.param({"zipf_s": 0.0}, "^--zipf-s: .*greater than 0", id="zipf-zero"),
+        pytest.param({"zipf_s": -1.1}, "^--zipf-s: .*greater than 0", id="zipf-negative"),
+        pytest.param({"log_size": 0}, "^--log-size: .*greater than or equal to 1", id="log-size"),
+        pytest.param(
+            {"eval_size": 0}, "^--eval-size: .*greater than or equal to 1", id="eval-size"
+        ),
+        pytest.param({"seed": -1}, "^--seed: .*greater than or equal to 0", id="seed"),
     ],
 )
-def test_bad_options_name_the_flag(args: tuple[float, int, int, int], message: str) -> None:
+def test_bad_options_name_the_flag(params: dict[str, float], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        check_traffic_options(*args)
+        bind(TrafficOptions, params)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ code so that the CLI can declare its flags without importing the HTTP client."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,16 +18,23 @@ class BenchOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    server: str = Field(min_length=1, max_length=4096, description="--server: vLLM base URL.")
+    server: str = Field(
+        min_length=1, max_length=4096, description="Base URL of the vLLM server to measure."
+    )
     model: str | None = Field(
-        default=None, max_length=4096, description="--model (default: the only served model)."
+        default=None,
+        max_length=4096,
+        description="Served model (default: the server's only one).",
     )
-    lengths: tuple[int, ...] = Field(
-        default=DEFAULT_LENGTHS, max_length=64, description="--lengths: prompt tokens per row."
+    lengths: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        default=DEFAULT_LENGTHS,
+        min_length=1,
+        max_length=64,
+        description="Prompt lengths in tokens, comma-separated.",
     )
-    repeats: int = Field(default=5, ge=1, le=1_000, description="--repeats: timed warm sends.")
+    repeats: int = Field(default=5, ge=1, le=1_000, description="Timed warm sends per length.")
     cold_repeats: int = Field(
-        default=3, ge=1, le=1_000, description="--cold-repeats: salted cold sends per length."
+        default=3, ge=1, le=1_000, description="Cold sends per length, each with a fresh salt."
     )
     max_sightings: int = Field(
         default=4, ge=0, le=64, description="Untimed re-sends of the warm prompt until one hits."
@@ -34,7 +42,9 @@ class BenchOptions(BaseModel):
     request_timeout_s: float = Field(
         default=600.0, gt=0, le=86_400, description="Seconds one send may take."
     )
-    api_key: str | None = Field(default=None, max_length=4096, description="--api-key.")
+    api_key: str | None = Field(
+        default=None, max_length=4096, description="Bearer token (vLLM --api-key)."
+    )
     text_dir: Path = Field(
         default=JA_SAMPLE.docs, description="Corpus whose text fills the prompts (no --plan)."
     )

@@ -9,42 +9,44 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from residency.bench.options import DEFAULT_LENGTHS
-from residency.cli.options import ColdRepeatsOption, RepeatsOption, VllmApiKeyOption
+from residency.bench.options import BenchOptions
+from residency.cli.fields import bind, default_of, option_from
 from residency.errors import ConfigError
 
 if TYPE_CHECKING:
     from residency.bench.report import BenchReport
     from residency.stats import TimingStats
 
-_DEFAULT_LENGTHS = ",".join(map(str, DEFAULT_LENGTHS))
+_LENGTHS = BenchOptions.model_fields["lengths"]
+_DEFAULT_LENGTHS = ",".join(map(str, default_of(BenchOptions, "lengths")))
 
 
 def parse_lengths(text: str) -> tuple[int, ...]:
-    """'2000,8000' -> (2000, 8000); `ConfigError` for anything but positive integers."""
+    """'2000,8000' -> (2000, 8000); `ConfigError` for anything but integers (their bounds are
+    `BenchOptions.lengths`')."""
     try:
-        lengths = tuple(int(part) for part in text.split(",") if part.strip())
+        return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise ConfigError(f"--lengths {text!r}: give comma-separated token counts") from None
-    if not lengths or min(lengths) < 1:
-        raise ConfigError(f"--lengths {text!r}: give positive token counts, e.g. 2000,8000")
-    return lengths
 
 
 def bench(
-    server: Annotated[str, typer.Option(help="Base URL of the vLLM server to measure.")],
+    server: Annotated[str, option_from(BenchOptions, "server")],
     plan: Annotated[
         Path | None,
         typer.Option(help="plan.json: its prefix is the prompt text, and one row is its prefix."),
     ] = None,
-    lengths: Annotated[
-        str, typer.Option(help="Prompt lengths in tokens, comma-separated.")
-    ] = _DEFAULT_LENGTHS,
-    repeats: RepeatsOption = 5,
-    cold_repeats: ColdRepeatsOption = 3,
-    model: Annotated[
-        str | None, typer.Option(help="Served model (default: the server's only one).")
-    ] = None,
+    # Comma-separated text, parsed into the field's tuple: a plain option with the field's help.
+    lengths: Annotated[str, typer.Option(help=_LENGTHS.description)] = _DEFAULT_LENGTHS,
+    repeats: Annotated[int, option_from(BenchOptions, "repeats")] = default_of(
+        BenchOptions, "repeats"
+    ),
+    cold_repeats: Annotated[int, option_from(BenchOptions, "cold_repeats")] = default_of(
+        BenchOptions, "cold_repeats"
+    ),
+    model: Annotated[str | None, option_from(BenchOptions, "model")] = default_of(
+        BenchOptions, "model"
+    ),
     questions: Annotated[
         Path | None,
         typer.Option(help="qa.jsonl with relevant_ids: with --plan, coverage vs budget."),
@@ -53,27 +55,21 @@ def bench(
     plot: Annotated[
         Path | None, typer.Option(help="Write a PNG: TTFT vs length (+ coverage vs budget).")
     ] = None,
-    api_key: VllmApiKeyOption = None,
+    api_key: Annotated[
+        str | None, option_from(BenchOptions, "api_key", envvar="VLLM_API_KEY")
+    ] = default_of(BenchOptions, "api_key"),
 ) -> None:
     """Measure cold (never-seen prefix) and warm (cached) TTFT per prompt length on a server."""
     from rich.progress import Progress
 
     from residency.bench.coverage_curve import coverage_vs_budget
-    from residency.bench.options import BenchOptions
     from residency.bench.plot import plot_bench
     from residency.bench.report import dump_report
     from residency.bench.ttft import run_bench
     from residency.cli.progress import BarProgress
     from residency.planning.plan_model import read_plan
 
-    options = BenchOptions(
-        server=server,
-        model=model,
-        lengths=parse_lengths(lengths),
-        repeats=repeats,
-        cold_repeats=cold_repeats,
-        api_key=api_key,
-    )
+    options = bind(BenchOptions, locals(), lengths=parse_lengths(lengths))
     if questions is not None and plan is None:
         raise ConfigError("--questions draws coverage vs budget for a plan: pass --plan too")
     residency_plan = read_plan(plan) if plan is not None else None

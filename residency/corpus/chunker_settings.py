@@ -18,15 +18,21 @@ class ChunkerSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: ChunkerKind = Field(default="fixed", description="fixed or semantic (--chunker).")
+    kind: ChunkerKind = Field(
+        default="fixed",
+        description="fixed (character windows) or semantic (embeds every sentence: slow).",
+    )
     chunk_chars: int = Field(
-        default=DEFAULT_CHUNK_CHARS, ge=16, le=100_000, description="Target chunk length, chars."
+        default=DEFAULT_CHUNK_CHARS,
+        ge=16,
+        le=100_000,
+        description="Target chunk length in characters.",
     )
     chunk_overlap: int = Field(
         default=DEFAULT_CHUNK_OVERLAP,
         ge=0,
         le=50_000,
-        description="Characters shared by adjacent fixed chunks (fixed only).",
+        description="Overlap of fixed chunks, characters.",
     )
     percentile: float = Field(
         default=25.0, ge=0.0, le=100.0, description="Semantic: cut below this similarity pct."

@@ -27,10 +27,11 @@ from residency.eval.coverage import (
     StrategyResult,
     evaluate_coverage,
 )
+from residency.eval.coverage_options import TrafficOptions
 from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PREFETCH
 from residency.eval.questions import load_questions
 from residency.eval.seeds import RANDOM_DRAWS, across_seeds, mean_row
-from residency.eval.traffic import TrafficOptions, simulate_traffic
+from residency.eval.traffic import simulate_traffic
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
 from residency.index.manifest import MANIFEST_FILE, read_manifest
 from residency.models.tokenizer import ensure_tokenizer

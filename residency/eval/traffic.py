@@ -35,26 +35,9 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.errors import ConfigError
-from residency.eval.defaults import DEFAULT_EVAL_SIZE, DEFAULT_LOG_SIZE, DEFAULT_ZIPF_S
+from residency.eval.coverage_options import TrafficOptions
 from residency.eval.questions import Question
 from residency.query_log import LogEntry
-
-
-class TrafficOptions(BaseModel):
-    """How much traffic to draw, how skewed, and from which seed."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    zipf_s: float = Field(
-        default=DEFAULT_ZIPF_S, gt=0, le=10, description="Zipf exponent s (--zipf)."
-    )
-    log_size: int = Field(
-        default=DEFAULT_LOG_SIZE, ge=1, le=10**8, description="Log draws (--log-size)."
-    )
-    eval_size: int = Field(
-        default=DEFAULT_EVAL_SIZE, ge=1, le=10**8, description="Eval draws (--eval-size)."
-    )
-    seed: int = Field(default=0, ge=0, le=2**63, description="Seed of every random choice.")
 
 
 class TrafficStats(BaseModel):
@@ -86,17 +69,6 @@ class SimulatedTraffic(BaseModel):
     popularity: tuple[str, ...] = Field(description="Paragraph ids, most popular first.")
     log: tuple[LogEntry, ...] = Field(description="Aggregated log entries, in first-draw order.")
     eval_questions: tuple[Question, ...] = Field(description="Eval draws, repeats kept.")
-
-
-def check_traffic_options(zipf_s: float, log_size: int, eval_size: int, seed: int) -> None:
-    """Raise `ConfigError` naming the flag for a value out of range."""
-    if not zipf_s > 0:
-        raise ConfigError(f"--zipf {zipf_s:g}: the Zipf exponent must be > 0 (default 1.1)")
-    for flag, value in (("--log-size", log_size), ("--eval-size", eval_size)):
-        if value < 1:
-            raise ConfigError(f"{flag} {value}: must be at least 1 question")
-    if seed < 0:
-        raise ConfigError(f"--seed {seed}: must be >= 0")
 
 
 def zipf_weights(n: int, s: float) -> list[float]:

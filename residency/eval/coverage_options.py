@@ -1,0 +1,107 @@
+"""What `residency eval coverage` is asked: the simulated traffic (`TrafficOptions`) and the
+routing and simulation knobs (`CoverageOptions`). Pydantic only, so the command's `--help` is
+built from these fields without importing the simulation."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from residency.eval.defaults import (
+    DEFAULT_EVAL_SIZE,
+    DEFAULT_LOG_SIZE,
+    DEFAULT_PREFETCH,
+    DEFAULT_ZIPF_S,
+)
+from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+
+DEFAULT_BUDGET_TOKENS = 30000
+
+
+class TrafficOptions(BaseModel):
+    """How much traffic to draw, how skewed, and from which seed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    zipf_s: float = Field(
+        default=DEFAULT_ZIPF_S,
+        gt=0,
+        le=10,
+        description="Zipf exponent s of paragraph popularity (--squad): rank r is asked "
+        "in proportion to 1 / r^s.",
+    )
+    log_size: int = Field(
+        default=DEFAULT_LOG_SIZE,
+        ge=1,
+        le=10**8,
+        description="Simulated log questions the planner sees (--squad).",
+    )
+    eval_size: int = Field(
+        default=DEFAULT_EVAL_SIZE,
+        ge=1,
+        le=10**8,
+        description="Simulated evaluation questions, disjoint from the log (--squad).",
+    )
+    seed: int = Field(
+        default=0,
+        ge=0,
+        le=2**63,
+        description="Seed of the simulation and of random residency.",
+    )
+
+
+class CoverageOptions(BaseModel):
+    """The routing every row is evaluated with, and the simulation's budget and host."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    budget_tokens: int = Field(
+        default=DEFAULT_BUDGET_TOKENS,
+        ge=1,
+        le=10**9,
+        description="Resident budget in tokens for every strategy (--squad).",
+    )
+    kv_cache_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**10,
+        description="--squad: model a host with this many KV-cache tokens (with "
+        "--max-model-len): adds the rows single-prefix and residency (several prefixes, as "
+        "served).",
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, le=10**8, description="--squad: the modelled host's max_model_len."
+    )
+    concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=10_000,
+        description="--squad: requests the modelled host serves at once.",
+    )
+    seeds: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="--squad: run this many traffic seeds (--seed, --seed + 1, ...) and report "
+        "each row's mean and sd.",
+    )
+    k: int = Field(
+        default=DEFAULT_K, ge=0, le=100, description="Long-tail chunks added per question."
+    )
+    margin: int = Field(
+        default=DEFAULT_MARGIN,
+        ge=0,
+        le=100,
+        description="Routing margin: long-tail ranks tolerated behind a resident top.",
+    )
+    hedge: int = Field(
+        default=DEFAULT_HEDGE,
+        ge=0,
+        le=100,
+        description="Non-resident chunks the resident route still adds (insurance).",
+    )
+    prefetch: int = Field(
+        default=DEFAULT_PREFETCH,
+        ge=1,
+        le=1000,
+        description="Chunks ranked per question before routing.",
+    )
