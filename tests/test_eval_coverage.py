@@ -353,14 +353,17 @@ def test_cli_simulation_compares_every_strategy_and_reuses_its_index(tmp_path: P
         pytest.param(("--seeds", "0"), "--seeds", id="seeds-zero"),
     ],
 )
-def test_cli_out_of_bounds_is_a_usage_error_naming_the_flag(
+def test_cli_out_of_bounds_is_one_line_naming_the_flag_and_the_value(
     args: tuple[str, ...], flag: str, tmp_path: Path
 ) -> None:
-    """The field's ge/le bounds are the option's min/max: refused before anything runs."""
+    """The field's bounds, checked by bind before anything is read: one line, exit 1."""
     out = run_coverage_cli("--squad", str(tmp_path / "none.json"), *args)
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert f"Invalid value for '{flag}'" in out.stderr
-    assert "Traceback" not in out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {flag}: "), lines
+    assert f"got {args[1]}" in lines[0], lines
+    assert "allowed: [" in lines[0], lines
 
 
 def corrupt_plan(plan_file: Path, path: Path, **update: str) -> Path:

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.fields import bind, default_of, option_from
+from residency.cli.fields import bind, check_fields, default_of, option_from
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import echo_json, pct
 from residency.errors import ConfigError
@@ -77,6 +77,7 @@ def prune(
     from residency.corpus.samples import get_sample
     from residency.eval.prune import PruneEvalJob, run_prune_eval
 
+    check_fields(PruneEvalSettings, locals(), "k", "limit")
     bar = progress_bar(json)
     if squad is not None and (questions is not None or index is not None):
         raise ConfigError("--squad brings its own questions and index: drop --questions/--index")

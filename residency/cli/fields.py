@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from annotated_types import Ge, Gt, Le, Lt
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from typer.models import OptionInfo
 
 from residency.errors import ConfigError
@@ -71,22 +71,63 @@ def flag_of(name: str) -> str:
 def bind(model: type[M], params: Mapping[str, Any], /, **extra: Any) -> M:
     """`model` built from the command's parameters that share its field names, plus `extra`.
 
-    A value the model refuses becomes one ConfigError line naming the flag and the value."""
+    A value the model refuses becomes one ConfigError line: the flag as the command spells it,
+    the value (never a secret's) and the allowed interval; a rule over several fields gives its
+    own message."""
     data = {name: params[name] for name in model.model_fields if name in params}
     data.update(extra)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = err["loc"]
-        where = flag_of(str(loc[0])) if loc and loc[0] in params else ".".join(map(str, loc))
-        field = model.model_fields.get(str(loc[0])) if loc else None
-        span = (
-            f" (allowed: {interval(field.metadata)})" if field and interval(field.metadata) else ""
-        )
-        raise ConfigError(
-            f"{where}: {err['msg'].lower()}, got {err.get('input')!r}{span}"
-        ) from None
+        raise ConfigError(_refusal(model, exc)) from None
+
+
+def check_fields(model: type[BaseModel], params: Mapping[str, Any], /, *names: str) -> None:
+    """Check the command's values of `names` against `model`'s fields alone, where the model
+    itself is only built later (a report's settings): the same one line as `bind`."""
+    for name in names:
+        field = model.model_fields[name]
+        spec: Any = Annotated[field.annotation, *field.metadata]
+        adapter: TypeAdapter[Any] = TypeAdapter(spec)
+        try:
+            adapter.validate_python(params[name])
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            err["loc"] = (name,)
+            raise ConfigError(_refusal(model, exc, err)) from None
+
+
+def _refusal(model: type[BaseModel], exc: ValidationError, first: Any = None) -> str:
+    err = first or exc.errors()[0]
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    loc = err["loc"]
+    if not loc:  # a model validator: its message names the flags
+        return msg
+    name = str(loc[0])
+    field = model.model_fields.get(name)
+    where = _spelled().get(name, flag_of(name)) + "".join(f"[{p}]" for p in loc[1:])
+    secret = field is not None and (not field.repr or _SECRET.search(name) is not None)
+    got = "" if secret else f", got {err.get('input')!r}"
+    span = interval(field.metadata) if field else ""
+    return f"{where}: {msg[:1].lower()}{msg[1:]}{got}" + (f" (allowed: {span})" if span else "")
+
+
+_SECRET = re.compile(r"(^|_)(key|token|secret|password)$", re.IGNORECASE)
+
+
+def _spelled() -> dict[str, str]:
+    """Parameter name -> the flag the running command declares for it (`--pruner-url` for
+    `url`); empty outside a command."""
+    from typer._click.globals import get_current_context  # typer's own click
+
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    return {
+        p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0])
+        for p in ctx.command.params
+        if p.name and p.opts
+    }
 
 
 def interval(rules: list[Any]) -> str:
