@@ -60,11 +60,14 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
                 return False
             log.warning("upstream %s: warm failed (%s); serving it cold", up.label, exc)
             return True
+        every = report.prefixes
         log.info(
-            "upstream %s warmed: %d of %d shared tokens cached",
+            "upstream %s warmed: %d of %d shared tokens cached (%d of %d prefixes resident)",
             up.label,
-            report.cached_tokens,
-            report.shared_prefix_tokens,
+            sum(p.cached_tokens for p in every) if every else report.cached_tokens,
+            sum(p.shared_prefix_tokens for p in every) if every else report.shared_prefix_tokens,
+            sum(p.resident for p in every) if every else int(report.resident),
+            len(every) or 1,
         )
         return True
 
