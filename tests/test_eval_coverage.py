@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 from residency_cli import run_cli
+from vllm_server import VllmServer
 
 from residency.eval.coverage import (
     ResidentSet,
@@ -566,3 +567,44 @@ def test_prompt_and_uncached_tokens_per_question(index: Index, encoder: LocalTok
     assert single.mean_prompt_tokens == pytest.approx(1000 + single.mean_uncached_tokens)
     paid = double.mean_prompt_tokens - double.mean_uncached_tokens
     assert paid == pytest.approx((2 * 100 + 2 * 200) / 4)
+
+
+def test_cli_server_and_explicit_host_flags_exclude_each_other(tmp_path: Path) -> None:
+    out = run_coverage_cli(
+        "--squad", str(tiny_squad(tmp_path / "squad.json")), "--server", "http://127.0.0.1:9",
+        "--kv-cache-tokens", "4292", "--cache-dir", str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert out.returncode == 1, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "error: --server http://127.0.0.1:9 describes the host: drop --kv-cache-tokens and "
+        "--max-model-len"
+    ]
+
+
+@pytest.mark.vllm
+def test_cli_simulation_models_the_host_of_a_running_server(
+    tmp_path: Path, vllm_dense_server: VllmServer
+) -> None:
+    """--server reads the KV-cache tokens and max_model_len vLLM reports: the same rows as
+    passing those two numbers by hand."""
+    from residency.vllm_client import VllmClient
+
+    url = vllm_dense_server.base_url
+    with VllmClient(url) as client:
+        tokens, length = client.kv_cache_tokens(), client.models()[0].max_model_len
+    assert tokens is not None
+    assert length is not None
+    common = (
+        "--squad", str(tiny_squad(tmp_path / "squad.json")), "--budget", "260",
+        "--log-size", "200", "--eval-size", "100", "--cache-dir", str(tmp_path / "cache"),
+        "--json",
+    )  # fmt: skip
+    served = run_coverage_cli(*common, "--server", url)
+    by_hand = run_coverage_cli(
+        *common, "--kv-cache-tokens", str(tokens), "--max-model-len", str(length)
+    )
+    assert served.returncode == 0, served.stderr
+    assert by_hand.returncode == 0, by_hand.stderr
+    rows = json.loads(served.stdout)["results"]
+    assert [r["name"] for r in rows][-2:] == ["single-prefix", "residency"]
+    assert rows == json.loads(by_hand.stdout)["results"]

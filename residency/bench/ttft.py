@@ -27,6 +27,7 @@ from residency.machine import machine_info
 from residency.planning.plan_model import ResidencyPlan
 from residency.stats import TimingStats
 from residency.vllm_client import SendResult, VllmClient
+from residency.vllm_client.sync_client import label_int
 from residency.warm import shared_prefix_ids
 
 OUTPUT_TOKENS = 1  # max_tokens of every send: vLLM needs prompt + max_tokens <= max_model_len
@@ -175,13 +176,6 @@ def pick_model(client: VllmClient, wanted: str | None) -> tuple[str, int | None]
     return served[0].id, served[0].max_model_len
 
 
-def _label_int(labels: dict[str, str], name: str) -> int | None:
-    try:
-        return int(labels[name])
-    except (KeyError, ValueError):
-        return None
-
-
 def run_bench(
     options: BenchOptions,
     plan: ResidencyPlan | None = None,
@@ -208,12 +202,12 @@ def _run(
             "enable_prefix_caching=False): warm sends cannot hit; restart vLLM with "
             "--enable-prefix-caching"
         )
-    block_size = _label_int(labels, "block_size") or 16
+    block_size = label_int(labels, "block_size") or 16
     if max_model_len is None:
         raise UpstreamError(f"--server {client.base_url}: /v1/models gives no max_model_len")
     check_lengths(options.lengths, max_model_len, block_size)
-    blocks = _label_int(labels, "num_gpu_blocks")
-    kv_tokens = _label_int(labels, "kv_cache_size_tokens") or (
+    blocks = label_int(labels, "num_gpu_blocks")
+    kv_tokens = label_int(labels, "kv_cache_size_tokens") or (
         blocks * block_size if blocks else None
     )
     warnings: list[str] = []

@@ -26,6 +26,7 @@ from residency.capacity.ranks import estimate_rank_memory, read_host_gpus
 from residency.capacity.request import CapacityRequest
 from residency.errors import ConfigError
 from residency.vllm_client import VllmClient
+from residency.vllm_client.sync_client import label_int
 
 
 class CapacityInputs(BaseModel):
@@ -261,14 +262,6 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
     return _report(plan, inputs, memory)
 
 
-def _label_int(labels: dict[str, str], key: str) -> int | None:
-    raw = labels.get(key)
-    try:
-        return int(float(raw)) if raw not in (None, "None", "") else None
-    except ValueError:
-        return None
-
-
 def _server_report(req: CapacityRequest) -> CapacityReport:
     assert req.server is not None
     with VllmClient(req.server) as client:
@@ -283,8 +276,8 @@ def _server_report(req: CapacityRequest) -> CapacityReport:
     model = resolve_model(ref)
     length = served.max_model_len or req.cache.max_model_len
     overrides: dict[str, object] = {"max_model_len": length}
-    if labels.get("user_specified_block_size") == "True" and _label_int(labels, "block_size"):
-        overrides["block_size"] = _label_int(labels, "block_size")
+    if labels.get("user_specified_block_size") == "True" and label_int(labels, "block_size"):
+        overrides["block_size"] = label_int(labels, "block_size")
     if labels.get("cache_dtype"):
         overrides["kv_cache_dtype"] = labels["cache_dtype"]
     avx_source = None
@@ -302,9 +295,9 @@ def _server_report(req: CapacityRequest) -> CapacityReport:
     if labels.get("enable_prefix_caching") in ("True", "False"):
         overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
     settings = _settings(req, **overrides)
-    num_blocks = _label_int(labels, "num_gpu_blocks") or 0
-    kv_bytes = _label_int(labels, "kv_cache_memory_bytes")
-    if _label_int(labels, "num_gpu_blocks_override") is not None:
+    num_blocks = label_int(labels, "num_gpu_blocks") or 0
+    kv_bytes = label_int(labels, "kv_cache_memory_bytes")
+    if label_int(labels, "num_gpu_blocks_override") is not None:
         kv_bytes = None  # --num-gpu-blocks-override caps the pool below the KV bytes
     layout = build_kv_layout(model.spec, settings)
     source = "server label kv_cache_memory_bytes"
@@ -316,16 +309,16 @@ def _server_report(req: CapacityRequest) -> CapacityReport:
     comparison = ServerComparison(
         served_model=served.id,
         max_model_len=length,
-        block_size=_label_int(labels, "block_size") or 0,
+        block_size=label_int(labels, "block_size") or 0,
         num_blocks=num_blocks,
-        kv_cache_tokens=_label_int(labels, "kv_cache_size_tokens") or 0,
+        kv_cache_tokens=label_int(labels, "kv_cache_size_tokens") or 0,
         predicted_block_size=plan.layout.block_size,
         predicted_num_blocks=plan.capacity.num_blocks,
         predicted_kv_cache_tokens=plan.capacity.kv_cache_tokens,
         agrees=(
-            plan.layout.block_size == _label_int(labels, "block_size")
+            plan.layout.block_size == label_int(labels, "block_size")
             and plan.capacity.num_blocks == num_blocks
-            and plan.capacity.kv_cache_tokens == _label_int(labels, "kv_cache_size_tokens")
+            and plan.capacity.kv_cache_tokens == label_int(labels, "kv_cache_size_tokens")
         ),
         cache_config_info=labels,
     )

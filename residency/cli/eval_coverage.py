@@ -46,6 +46,9 @@ def coverage(
     max_model_len: Annotated[
         int | None, option_from(CoverageOptions, "max_model_len", show_default=False)
     ] = default_of(CoverageOptions, "max_model_len"),
+    server: Annotated[
+        str | None, option_from(CoverageOptions, "server", show_default=False)
+    ] = default_of(CoverageOptions, "server"),
     concurrency: Annotated[int, option_from(CoverageOptions, "concurrency")] = default_of(
         CoverageOptions, "concurrency"
     ),
@@ -127,6 +130,8 @@ def coverage(
             )
     else:
         assert squad is not None
+        if options.server is not None:
+            options = _host_of(options)
         job = SimulationJob(
             squad_file=squad,
             budget_tokens=options.budget_tokens,
@@ -148,6 +153,27 @@ def coverage(
         echo_json(report)
     else:
         render_coverage(report, Console())
+
+
+def _host_of(options: CoverageOptions) -> CoverageOptions:
+    """`--server`: the modelled host's KV-cache tokens and max_model_len read from it."""
+    from residency.vllm_client import VllmClient
+
+    if options.kv_cache_tokens is not None or options.max_model_len is not None:
+        raise ConfigError(
+            f"--server {options.server} describes the host: drop --kv-cache-tokens and "
+            "--max-model-len"
+        )
+    assert options.server is not None
+    with VllmClient(options.server, flag="--server") as client:
+        length = client.models()[0].max_model_len
+        tokens = client.kv_cache_tokens()
+    if length is None or tokens is None:
+        raise ConfigError(
+            f"--server {options.server} does not say its max_model_len (/v1/models) and KV-cache "
+            "size (vllm:cache_config_info); give --kv-cache-tokens and --max-model-len"
+        )
+    return options.model_copy(update={"kv_cache_tokens": tokens, "max_model_len": length})
 
 
 def _coverage_row(m: CoverageMetrics) -> list[str]:

@@ -71,6 +71,14 @@ class CoverageOptions(BaseModel):
     max_model_len: int | None = Field(
         default=None, ge=1, le=10**8, description="--squad: the modelled host's max_model_len."
     )
+    server: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="--squad: model the host of a running vLLM (URL): its KV-cache tokens "
+        "(vllm:cache_config_info) and max_model_len (/v1/models), instead of "
+        "--kv-cache-tokens and --max-model-len.",
+    )
     concurrency: int = Field(
         default=1,
         ge=1,

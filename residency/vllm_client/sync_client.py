@@ -189,6 +189,14 @@ class VllmClient:
             )
         return found[0].labels
 
+    def kv_cache_tokens(self) -> int | None:
+        """The server's KV-cache tokens: `kv_cache_size_tokens`, else num_gpu_blocks x
+        block_size (None when its labels give neither)."""
+        labels = self.cache_config_info()
+        direct = label_int(labels, "kv_cache_size_tokens")
+        blocks, block = label_int(labels, "num_gpu_blocks"), label_int(labels, "block_size")
+        return direct or (blocks * block if blocks and block else None)
+
     def is_sleeping(self) -> bool | None:
         """`/is_sleeping` (dev mode only); None when the server does not offer it."""
         timeout_s = min(self.timeout_s, PROBE_TIMEOUT_S)
@@ -298,3 +306,12 @@ class VllmClient:
 def _delta(before: list[Sample], after: list[Sample], name: str) -> int | None:
     old, new = sum_samples(before, name), sum_samples(after, name)
     return None if old is None or new is None else round(new - old)
+
+
+def label_int(labels: dict[str, str], name: str) -> int | None:
+    """An integer label of `vllm:cache_config_info` ("None", absent or not a number: None)."""
+    raw = labels.get(name)
+    try:
+        return int(float(raw)) if raw not in (None, "None", "") else None
+    except ValueError:
+        return None
