@@ -608,3 +608,22 @@ def test_cli_simulation_models_the_host_of_a_running_server(
     rows = json.loads(served.stdout)["results"]
     assert [r["name"] for r in rows][-2:] == ["single-prefix", "residency"]
     assert rows == json.loads(by_hand.stdout)["results"]
+
+
+def test_cli_tables_keep_every_strategy_name_whole_at_80_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    out = run_coverage_cli(
+        "--squad", str(tiny_squad(tmp_path / "squad.json")), "--budget", "260",
+        "--log-size", "200", "--eval-size", "100", "--kv-cache-tokens", "4292",
+        "--max-model-len", "3692", "--seeds", "2", "--cache-dir", str(tmp_path / "cache"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    names = ("rag-top3", "rag-top5", "planner", "single-prefix", "residency")
+    for title in ("Coverage", "Routing and prompt tokens", "Across 2 traffic seeds", "Tokens"):
+        assert title in out.stdout
+    table_lines = [line for line in out.stdout.splitlines() if line.lstrip().startswith(names)]
+    assert len(table_lines) >= 4 * len(names), out.stdout  # four tables, every row
+    assert all(len(line) <= 80 for line in out.stdout.splitlines()), out.stdout
+    assert "…" not in out.stdout, out.stdout

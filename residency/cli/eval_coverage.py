@@ -18,9 +18,7 @@ from residency.eval.coverage_options import CoverageOptions, TrafficOptions
 from residency.eval.defaults import COVERAGE_CACHE
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
-    from residency.eval.coverage_report import CoverageMetrics, CoverageReport
+    from residency.eval.coverage_report import CoverageMetrics, CoverageReport, SeedStat
 
 
 def coverage(
@@ -182,25 +180,34 @@ def _coverage_row(m: CoverageMetrics) -> list[str]:
         f"{100 * m.coverage_all:.2f}%",
         pct(m.resident_share),
         pct(m.long_tail_recall),
-        str(m.misrouted),
-        pct(m.route_resident_share),
-        f"{m.mean_added_tokens:.0f}",
     ]
 
 
-_COVERAGE_COLUMNS = (
-    "coverage",
-    "coverage\nall",
-    "in\nprefix",
-    "long-tail\nrecall",
-    "mis-\nrouted",
+def _cost_row(m: CoverageMetrics) -> list[str]:
+    return [
+        pct(m.route_resident_share),
+        str(m.misrouted),
+        f"{m.mean_added_tokens:,.0f}",
+        f"{m.mean_uncached_tokens:,.0f}",
+        f"{m.mean_prompt_tokens:,.0f}",
+    ]
+
+
+# Two narrow tables rather than one wide one: at 80 columns every strategy name stays whole.
+_COVERAGE_COLUMNS = ("coverage", "coverage\nall", "in\nprefix", "long-tail\nrecall")
+_COST_COLUMNS = (
     "resident\nroute",
+    "mis-\nrouted",
     "added\ntokens",
+    "uncached\ntokens",
+    "prompt\ntokens",
 )
 
 
-def _table(title: str, lead: tuple[str, ...], tail: tuple[str, ...] = ()) -> Table:
-    return compact_table(title, lead, (*_COVERAGE_COLUMNS, *tail))
+def _pm(stat: SeedStat | None, scale: float = 1.0, unit: str = "", digits: int = 0) -> str:
+    if stat is None:
+        return "-"
+    return f"{scale * stat.mean:,.{digits}f} ± {scale * stat.sd:,.{digits}f}{unit}"
 
 
 def render_coverage(report: CoverageReport, console: Console) -> None:
@@ -227,46 +234,62 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
             "never in the log",
             highlight=False,
         )
-    table = _table("Coverage", ("strategy",), ("resident\nsections", "rag-top5\nmisses\nrescued"))
+    table = compact_table(
+        "Coverage",
+        ("strategy",),
+        (*_COVERAGE_COLUMNS, "rag-top5\nmisses\nrescued", "resident\nsections"),
+    )
+    cost = compact_table("Routing and prompt tokens per question", ("strategy",), _COST_COLUMNS)
     for r in report.results:
         rescued = pct(r.rag_misses_rescued)
-        table.add_row(r.name, *_coverage_row(r.overall), str(r.resident_sections), rescued)
+        table.add_row(r.name, *_coverage_row(r.overall), rescued, str(r.resident_sections))
+        cost.add_row(r.name, *_cost_row(r.overall))
     console.print(table)
+    console.print(cost)
     if report.across_seeds:
         n = report.across_seeds[0].seeds
         seeds = compact_table(
             f"Across {n} traffic seeds (mean ± sd)",
             ("strategy",),
-            (
-                "coverage",
-                "coverage\nall",
-                "in\nprefix",
-                "added\ntokens",
-                "rag-top5\nmisses\nrescued",
-            ),
+            ("coverage", "coverage\nall", "in\nprefix", "rag-top5\nmisses\nrescued"),
+        )
+        tokens = compact_table(
+            f"Tokens per question across {n} seeds (mean ± sd)",
+            ("strategy",),
+            ("added", "uncached", "prompt"),
         )
         for row in report.across_seeds:
             seeds.add_row(
                 row.name,
-                f"{100 * row.coverage.mean:.2f} ± {100 * row.coverage.sd:.2f}%",
-                f"{100 * row.coverage_all.mean:.2f} ± {100 * row.coverage_all.sd:.2f}%",
-                f"{100 * row.resident_share.mean:.1f} ± {100 * row.resident_share.sd:.1f}%",
-                f"{row.mean_added_tokens.mean:.0f} ± {row.mean_added_tokens.sd:.0f}",
-                (
-                    f"{100 * rs.mean:.0f} ± {100 * rs.sd:.0f}%"
-                    if (rs := row.rag_misses_rescued) is not None
-                    else "-"
-                ),
+                _pm(row.coverage, 100, "%", 2),
+                _pm(row.coverage_all, 100, "%", 2),
+                _pm(row.resident_share, 100, "%", 1),
+                _pm(row.rag_misses_rescued, 100, "%"),
+            )
+            tokens.add_row(
+                row.name,
+                _pm(row.mean_added_tokens),
+                _pm(row.mean_uncached_tokens),
+                _pm(row.mean_prompt_tokens),
             )
         console.print(seeds)
+        console.print(tokens)
     types = sorted({t for r in report.results for t in r.by_type})
     if len(types) > 1:
-        by_type = _table("By question type", ("type", "strategy", "n"))
+        by_type = compact_table(
+            "By question type", ("type", "strategy", "n"), (*_COVERAGE_COLUMNS, "added\ntokens")
+        )
         for qt in types:
             for r in report.results:
                 if qt in r.by_type:
                     m = r.by_type[qt]
-                    by_type.add_row(escape(qt), r.name, str(m.questions), *_coverage_row(m))
+                    by_type.add_row(
+                        escape(qt),
+                        r.name,
+                        str(m.questions),
+                        *_coverage_row(m),
+                        f"{m.mean_added_tokens:,.0f}",
+                    )
         console.print(by_type)
     if report.excluded_no_relevant:
         console.print(f"{report.excluded_no_relevant} question(s) without relevant ids excluded")
