@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import pytest
 import typer
 from pydantic import BaseModel, Field
+from residency_cli import run_cli
 from typer.models import OptionInfo
 
 from residency.cli import app
@@ -113,3 +114,22 @@ def test_bind_names_the_flag_and_the_value() -> None:
         ConfigError, match=r"^--ratio: .*greater than 0, got 0\.0 \(allowed: \(0, 1\]\)$"
     ):
         bind(_Demo, {"depth": 4, "ratio": 0.0})
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        pytest.param(("--repeats", "0"), "error: --repeats: ", id="repeats-zero"),
+        pytest.param(("--time-budget", "0"), "error: --time-budget: ", id="budget-zero"),
+        pytest.param(("--lengths", "512,0"), "error: --lengths[1]: ", id="length-zero"),
+    ],
+)
+def test_demo_refuses_a_value_in_one_line_before_it_starts_anything(
+    args: tuple[str, ...], start: str, tmp_path: Path
+) -> None:
+    out = run_cli("demo", "--out", str(tmp_path / "out"), *args)
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(start), lines
+    assert not (tmp_path / "out").exists()

@@ -11,10 +11,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from residency_cli import run_cli
 
 from residency.errors import ConfigError, CorpusError
 from residency.eval.answers import (
+    STRATEGIES,
     AnswerEvalJob,
+    AnswerEvalOptions,
     AnswerQuestion,
     AnswerRecord,
     Grade,
@@ -298,31 +301,52 @@ def test_load_questions_defaults_and_bad_lines(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        pytest.param({"strategies": ("rag",)}, "--generator", id="rag-without-generator"),
+        pytest.param({"strategy": ["rag"]}, "--generator", id="rag-without-generator"),
+        pytest.param({"strategy": ["residency"], "judge": "http://j"}, "--router", id="no-router"),
         pytest.param(
-            {"strategies": ("residency",), "judge": "http://j"}, "--router", id="no-router"
-        ),
-        pytest.param(
-            {"strategies": ("rag",), "generator": "http://g", "judge_model": "m"},
+            {"strategy": ["rag"], "generator": "http://g", "judge_model": "m"},
             "--judge",
             id="judge-model-without-judge",
         ),
-        pytest.param(
-            {"strategies": ("rag",), "generator": "http://g", "ks": (3, 0)}, "--k 0", id="k-zero"
-        ),
-        pytest.param({"strategies": ("rag",), "generator": "http://g", "ks": ()}, "--k", id="no-k"),
     ],
 )
 def test_check_job_refuses(changes: dict[str, object], message: str, tmp_path: Path) -> None:
-    base: dict[str, object] = {
-        "questions_path": tmp_path / "qa.jsonl",
-        "questions": (),
-        "index": None,
-        "strategies": ("rag",),
-    }
-    job = AnswerEvalJob(**{**base, **changes})  # type: ignore[arg-type]
+    job = AnswerEvalJob(
+        questions_path=tmp_path / "qa.jsonl",
+        questions=(),
+        index=None,  # type: ignore[arg-type]
+        options=AnswerEvalOptions.model_validate(changes),
+    )
     with pytest.raises(ConfigError, match=message):
         check_job(job)
+
+
+def test_strategies_any_case_once_each_and_the_defaults() -> None:
+    given = AnswerEvalOptions(strategy=["RAG", " echo", "rag"], k=[5, 3, 5])
+    assert (given.strategies, given.ks) == (("rag", "echo"), (5, 3))
+    assert AnswerEvalOptions().strategies == ("echo", "rag", "whole")
+    assert AnswerEvalOptions(router="http://r").strategies == STRATEGIES
+    assert AnswerEvalOptions().ks == (3,)
+
+
+@pytest.mark.parametrize(
+    ("args", "start"),
+    [
+        pytest.param(("--k", "3", "--k", "0"), "--k[1]: ", id="k-zero"),
+        pytest.param(("--max-tokens", "0"), "--max-tokens: ", id="max-tokens-zero"),
+        pytest.param(("--judge-max-tokens", "-1"), "--judge-max-tokens: ", id="judge-negative"),
+        pytest.param(("--limit", "0"), "--limit: ", id="limit-zero"),
+        pytest.param(("--strategy", "nope"), "--strategy[0]: ", id="unknown-strategy"),
+    ],
+)
+def test_cli_refused_value_is_one_line_naming_the_flag(args: tuple[str, ...], start: str) -> None:
+    """The field's bounds and choices, checked by bind before any file is read: exit 1."""
+    out = run_cli("eval", "answers", *args)
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"error: {start}"), lines
+    assert f"got {args[-1]}" in lines[0] or f"got '{args[-1]}'" in lines[0], lines
 
 
 @pytest.mark.parametrize(

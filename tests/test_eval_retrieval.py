@@ -218,6 +218,14 @@ def test_cli_eval_default_history_lives_in_the_index(
     [
         pytest.param(["--min-recall", "R@7=0.5"], "--min-recall 'R@7=0.5'", id="bad-budget"),
         pytest.param(["--index", "nowhere"], "is not a residency index", id="no-index"),
+        # the field's bound, checked by bind before the index is opened: the flag, key, value
+        pytest.param(
+            ["--weight", "dense=-0.5"],
+            "error: --weight[dense]: input should be greater than or equal to 0, got '-0.5'",
+            id="negative-weight",
+        ),
+        pytest.param(["--weight", "dense"], "--weight 'dense': expected NAME=WEIGHT", id="no-="),
+        pytest.param(["--weight", "sparse=1"], "--weight sparse: not a fused", id="unknown-name"),
     ],
 )
 def test_cli_eval_errors_are_one_line(
@@ -228,4 +236,5 @@ def test_cli_eval_errors_are_one_line(
     out = run_cli(*base, *args)
     assert out.returncode == 1
     assert fragment in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "Traceback" not in out.stderr

@@ -10,52 +10,36 @@ from rich.console import Console
 from rich.markup import escape
 
 from residency.cli.bench import parse_lengths
-from residency.cli.options import ColdRepeatsOption, RepeatsOption
-from residency.demo.budget import DEFAULT_TIME_BUDGET_S
-from residency.demo.options import DemoModel
+from residency.cli.fields import bind, default_of, option_from
+from residency.demo.options import DemoModel, DemoOptions
 
 if TYPE_CHECKING:
     from residency.demo.report import DemoReport
 
 
+D = DemoOptions
+# Comma-separated text, parsed into the field's tuple: a plain option with the field's help.
+_LENGTHS = D.model_fields["lengths"]
+
+
 def demo(
-    out: Annotated[
-        Path,
-        typer.Option(
-            help="Directory for plan.json, query-log.jsonl, bench.json, ttft.png, demo.json "
-            "and the servers' logs."
-        ),
-    ] = Path("demo-out"),
+    out_dir: Annotated[Path, option_from(D, "out_dir", "--out")] = default_of(D, "out_dir"),
     model: Annotated[
         DemoModel | None,
-        typer.Option(
-            help="smollm2: SmolLM2-135M-Instruct, real weights, on the English sample; tiny: a "
-            "random-weight model on the Japanese sample.",
-            show_default="smollm2 where its extra is installed, else tiny",
-        ),
-    ] = None,
-    time_budget: Annotated[
-        float,
-        typer.Option(
-            help="Seconds the whole run should take: the TTFT comparison keeps the lengths a "
-            "measured prefill rate fits in what is left."
-        ),
-    ] = DEFAULT_TIME_BUDGET_S,
+        option_from(D, "model", show_default=False),
+    ] = default_of(D, "model"),
+    time_budget_s: Annotated[float, option_from(D, "time_budget_s", "--time-budget")] = (
+        default_of(D, "time_budget_s")
+    ),
     lengths: Annotated[
         str | None,
-        typer.Option(
-            help="Prompt lengths in tokens for the TTFT comparison (not scaled to the budget).",
-            show_default="chosen from the measured prefill rate",
-        ),
+        typer.Option(help=_LENGTHS.description, show_default=False),
     ] = None,
-    repeats: RepeatsOption = 3,
-    cold_repeats: ColdRepeatsOption = 2,
-    keep_running: Annotated[
-        bool,
-        typer.Option(
-            "--keep-running", help="Leave vLLM and the router up afterwards and print their URLs."
-        ),
-    ] = False,
+    repeats: Annotated[int, option_from(D, "repeats")] = default_of(D, "repeats"),
+    cold_repeats: Annotated[int, option_from(D, "cold_repeats")] = default_of(D, "cold_repeats"),
+    keep_running: Annotated[bool, option_from(D, "keep_running", "--keep-running")] = (
+        default_of(D, "keep_running")
+    ),
     json: Annotated[
         bool, typer.Option("--json", help="Print only demo.json's object (steps on stderr).")
     ] = False,
@@ -64,19 +48,11 @@ def demo(
     answers), compare cold and warm TTFT, draw the picture, then stop everything it started."""
     import orjson
 
-    from residency.demo.options import DemoOptions
     from residency.demo.run import run_demo
     from residency.demo.servers import Terminated
 
-    options = DemoOptions(
-        out_dir=out,
-        model=model,
-        time_budget_s=time_budget,
-        lengths=parse_lengths(lengths) if lengths is not None else None,
-        repeats=repeats,
-        cold_repeats=cold_repeats,
-        keep_running=keep_running,
-    )
+    parsed = parse_lengths(lengths) if lengths is not None else None
+    options = bind(DemoOptions, locals(), lengths=parsed)
     steps = Console(stderr=json, soft_wrap=True, highlight=False)
     try:
         report = run_demo(options, lambda line: steps.print(escape(line)))

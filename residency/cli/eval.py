@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from residency.cli.fields import bind, default_of, option_from
 from residency.cli.options import JsonOption
 from residency.cli.output import echo_json
 from residency.cli.qdrant_options import (
@@ -22,6 +23,7 @@ from residency.cli.qdrant_options import (
 )
 from residency.errors import ConfigError
 from residency.eval.defaults import HISTORY_FILE, METRICS
+from residency.eval.retrieval_options import RetrievalBackendName, RetrievalEvalOptions
 
 if TYPE_CHECKING:
     from residency.eval.retrieval import RetrievalEvalReport
@@ -36,26 +38,32 @@ app = typer.Typer(
 BUDGET_EXIT_CODE = 2
 
 
-def _parse_weights(items: list[str]) -> dict[str, float] | None:
-    """--weight NAME=W items over the default fusion weights (None: the defaults)."""
-    if not items:
+def _split_weights(items: list[str]) -> dict[str, str]:
+    """--weight NAME=W items as NAME -> W (each W checked by `RetrievalEvalOptions.weights`)."""
+    pairs = [tuple(part.strip() for part in item.partition("=")) for item in items]
+    for item, (name, eq, value) in zip(items, pairs, strict=True):
+        if not (name and eq and value):
+            raise ConfigError(f"--weight {item!r}: expected NAME=WEIGHT, e.g. dense=0.3")
+    return {name: value for name, _, value in pairs}
+
+
+def _fusion_weights(given: dict[str, float] | None) -> dict[str, float] | None:
+    """The given weights over the default fusion weights (None: the defaults)."""
+    if not given:
         return None
     from residency.retrieval import DEFAULT_WEIGHTS  # faiss, bm25s: only when a weight is given
 
-    weights = dict(DEFAULT_WEIGHTS)
-    for item in items:
-        name, _, value = (part.strip() for part in item.partition("="))
-        try:
-            weight = float(value)
-        except ValueError:
-            weight = -1.0
-        if name not in DEFAULT_WEIGHTS or weight < 0:
-            raise ConfigError(
-                f"--weight {item!r}: expected NAME=WEIGHT with NAME one of "
-                f"{', '.join(DEFAULT_WEIGHTS)} and WEIGHT >= 0, e.g. dense=0.3"
-            )
-        weights[name] = weight
-    return weights
+    unknown = sorted(given.keys() - DEFAULT_WEIGHTS.keys())
+    if unknown:
+        raise ConfigError(
+            f"--weight {unknown[0]}: not a fused retriever; expected one of "
+            f"{', '.join(DEFAULT_WEIGHTS)}, e.g. dense=0.3"
+        )
+    return {**DEFAULT_WEIGHTS, **given}
+
+
+R = RetrievalEvalOptions
+_WEIGHTS = R.model_fields["weights"]  # NAME=W text, parsed into the field's dict
 
 
 @app.command("retrieval")
@@ -65,10 +73,7 @@ def retrieval(
         Path,
         typer.Option(help="jsonl: query, relevant_ids (section ids), optional type and id."),
     ],
-    history: Annotated[
-        Path | None,
-        typer.Option(help=f"Eval history to append to (default: INDEX/{HISTORY_FILE})."),
-    ] = None,
+    history: Annotated[Path | None, option_from(R, "history")] = default_of(R, "history"),
     min_recall: Annotated[
         list[str] | None,
         typer.Option(
@@ -76,18 +81,13 @@ def retrieval(
             f"exit {BUDGET_EXIT_CODE} when one is missed.",
         ),
     ] = None,
-    weight: Annotated[
-        list[str] | None,
-        typer.Option(help="Fusion weight NAME=W (repeatable), e.g. dense=0.3 bm25=0.7."),
+    weights: Annotated[
+        list[str] | None, typer.Option("--weight", help=_WEIGHTS.description)
     ] = None,
     json: JsonOption = False,
-    retriever: Annotated[
-        str,
-        typer.Option(
-            help="hybrid: the index's own BM25, dense and fusion (in process); qdrant: the same "
-            "three through the index's Qdrant collection (--qdrant)."
-        ),
-    ] = "hybrid",
+    retriever: Annotated[RetrievalBackendName, option_from(R, "retriever")] = default_of(
+        R, "retriever"
+    ),
     qdrant: QdrantLocation = None,
     collection: QdrantCollection = None,
     qdrant_api_key: QdrantApiKey = None,
@@ -99,9 +99,10 @@ def retrieval(
     from residency.eval.retrieval import append_history, evaluate_retrieval, parse_budget
     from residency.index import open_index
 
+    options = bind(R, locals(), weights=_split_weights(weights or []) or None)
     budgets = [parse_budget(b) for b in (min_recall or [])]
-    backend = qdrant_backend(retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
-    opened = open_index(index, weights=_parse_weights(weight or []), backend=backend)
+    backend = qdrant_backend(options.retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
+    opened = open_index(index, weights=_fusion_weights(options.weights), backend=backend)
     qs = load_questions(questions)
     bar = progress_bar(json, transient=False)
     err = bar.console
@@ -110,7 +111,7 @@ def retrieval(
         report = evaluate_retrieval(
             opened, questions, qs, budgets, progress=lambda n: bar.advance(task, n)
         )
-    history_path = history if history is not None else index / HISTORY_FILE
+    history_path = options.history if options.history is not None else index / HISTORY_FILE
     append_history(history_path, report)
     if json:
         echo_json(report)

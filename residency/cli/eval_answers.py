@@ -11,20 +11,27 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from residency.cli.fields import bind, default_of, option_from
 from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
 from residency.cli.output import compact_table, echo_json
-from residency.errors import ConfigError
-from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS, DEFAULT_K, DEFAULT_MAX_TOKENS
+from residency.eval.answers.defaults import DEFAULT_K
+from residency.eval.answers.options import AnswerEvalOptions
 
 if TYPE_CHECKING:
     from residency.eval.answers.records import (
         AnswerEvalReport,
         ScoreSummary,
-        StrategyName,
         StrategyReport,
     )
 
 FAILURES_SHOWN = 20
+
+
+A = AnswerEvalOptions
+# Repeatable: typer reads a list of plain values, the field checks each (a plain option with
+# the field's help, as `bench --lengths`).
+_STRATEGY = A.model_fields["strategy"]
+_K = A.model_fields["k"]
 
 
 def answers(
@@ -46,60 +53,31 @@ def answers(
     ] = None,
     strategy: Annotated[
         list[str] | None,
-        typer.Option(
-            help="echo (the question as its answer: the scorer's floor, no model), rag, whole or "
-            "residency (repeatable; default echo + rag + whole, + residency with --router)."
-        ),
+        typer.Option(help=_STRATEGY.description),
     ] = None,
-    generator: Annotated[
-        str | None, typer.Option(help="OpenAI-compatible URL answering rag and whole (vLLM).")
-    ] = None,
-    generator_model: Annotated[
-        str | None, typer.Option(help="Model to ask for (default: the server's only model).")
-    ] = None,
-    judge: Annotated[
-        str | None,
-        typer.Option(
-            help="OpenAI-compatible URL of an LLM judge (may be --generator's); without it the "
-            "reference scorer (token F1 + abstention) grades alone."
-        ),
-    ] = None,
-    judge_model: Annotated[
-        str | None, typer.Option(help="Judge model (default: the judge server's only model).")
-    ] = None,
-    router: Annotated[
-        str | None, typer.Option(help="URL of `residency serve` (strategy residency).")
-    ] = None,
-    plan: Annotated[
-        Path | None,
-        typer.Option(help="plan.json the router serves: resident gold counts as visible."),
-    ] = None,
+    generator: Annotated[str | None, option_from(A, "generator")] = default_of(A, "generator"),
+    generator_model: Annotated[str | None, option_from(A, "generator_model")] = default_of(
+        A, "generator_model"
+    ),
+    judge: Annotated[str | None, option_from(A, "judge")] = default_of(A, "judge"),
+    judge_model: Annotated[str | None, option_from(A, "judge_model")] = default_of(
+        A, "judge_model"
+    ),
+    router: Annotated[str | None, option_from(A, "router")] = default_of(A, "router"),
+    plan: Annotated[Path | None, option_from(A, "plan")] = default_of(A, "plan"),
     k: Annotated[
         list[int] | None,
-        typer.Option(
-            "--k",
-            help="Passages retrieved per question (rag); repeat for one rag per value "
-            "(--k 3 --k 5).",
-            show_default=str(DEFAULT_K),
-        ),
+        typer.Option("--k", help=_K.description, show_default=str(DEFAULT_K)),
     ] = None,
-    max_tokens: Annotated[
-        int, typer.Option(help="max_tokens of every answer (temperature 0).")
-    ] = DEFAULT_MAX_TOKENS,
-    judge_max_tokens: Annotated[
-        int, typer.Option(help="max_tokens of every judge verdict.")
-    ] = DEFAULT_JUDGE_MAX_TOKENS,
-    limit: Annotated[
-        int | None, typer.Option(help="Only the first N questions of the file.")
-    ] = None,
-    records: Annotated[
-        Path | None,
-        typer.Option(help="Write per-question records here (jsonl, one line per answer)."),
-    ] = None,
+    max_tokens: Annotated[int, option_from(A, "max_tokens")] = default_of(A, "max_tokens"),
+    judge_max_tokens: Annotated[int, option_from(A, "judge_max_tokens")] = default_of(
+        A, "judge_max_tokens"
+    ),
+    limit: Annotated[int | None, option_from(A, "limit")] = default_of(A, "limit"),
+    records: Annotated[Path | None, option_from(A, "records")] = default_of(A, "records"),
     api_key: Annotated[
-        str | None,
-        typer.Option(help="Bearer token for every endpoint.", envvar="RESIDENCY_API_KEY"),
-    ] = None,
+        str | None, option_from(A, "api_key", envvar="RESIDENCY_API_KEY")
+    ] = default_of(A, "api_key"),
     json: JsonOption = False,
 ) -> None:
     """Generate answers per strategy, score them 0/1/2 against the reference (and an LLM judge),
@@ -111,53 +89,19 @@ def answers(
     from residency.index import open_index
     from residency.planning.run import sample_index
 
-    if limit is not None and limit < 1:
-        raise ConfigError(f"--limit {limit}: must be at least 1")
-    names = _strategies(strategy or [], router)
+    options = bind(AnswerEvalOptions, locals())
     corpus = get_sample(sample)
     questions = questions if questions is not None else corpus.questions
-    qs = load_answer_questions(questions)[:limit]
+    qs = load_answer_questions(questions)[: options.limit]
     bar = progress_bar(json)
     with bar:
         opened = sample_index(BarProgress(bar), corpus) if index is None else open_index(index)
-        job = AnswerEvalJob(
-            questions_path=questions,
-            questions=qs,
-            index=opened,
-            strategies=names,
-            generator=generator,
-            generator_model=generator_model,
-            judge=judge,
-            judge_model=judge_model,
-            router=router,
-            plan=plan,
-            ks=tuple(k) if k else (DEFAULT_K,),
-            max_tokens=max_tokens,
-            judge_max_tokens=judge_max_tokens,
-            records_path=records,
-            api_key=api_key,
-        )
+        job = AnswerEvalJob(questions_path=questions, questions=qs, index=opened, options=options)
         report = run_answer_eval(job, BarProgress(bar))
     if json:
         echo_json(report)
     else:
         render_answers(report, Console(), records)
-
-
-def _strategies(given: list[str], router: str | None) -> tuple[StrategyName, ...]:
-    """The --strategy values, checked, or the default set."""
-    from residency.eval.answers.records import STRATEGIES
-    from residency.eval.answers.run import default_strategies
-
-    if not given:
-        return default_strategies(router)
-    out: list[StrategyName] = []
-    for name in given:
-        match = next((s for s in STRATEGIES if s == name.strip().lower()), None)
-        if match is None:
-            raise ConfigError(f"--strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
-        out.append(match)
-    return tuple(dict.fromkeys(out))
 
 
 def _num(value: float | None, fmt: str) -> str:

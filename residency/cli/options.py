@@ -20,7 +20,3 @@ SampleOption = Annotated[
 DEFAULT_SAMPLE_NAME = DEFAULT_SAMPLE
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 PlanOption = Annotated[Path, typer.Option(help="plan.json from `residency plan`.")]
-RepeatsOption = Annotated[int, typer.Option(help="Timed warm sends per length.")]
-ColdRepeatsOption = Annotated[
-    int, typer.Option(help="Cold sends per length, each with a fresh salt.")
-]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,24 +22,43 @@ class DemoOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    out_dir: Path = Field(default=Path("demo-out"), description="--out: where artefacts go.")
+    out_dir: Path = Field(
+        default=Path("demo-out"),
+        description="--out: directory for plan.json, query-log.jsonl, bench.json, ttft.png, "
+        "demo.json and the servers' logs.",
+    )
     model: DemoModel | None = Field(
         default=None,
-        description="--model: smollm2 (real weights, English sample) or tiny (random weights, "
-        "Japanese sample); None: smollm2 where the real-model extra is installed.",
+        description="smollm2: SmolLM2-135M-Instruct, real weights, on the English sample; tiny: "
+        "a random-weight model on the Japanese sample (default: smollm2 where its extra is "
+        "installed, else tiny).",
     )
     time_budget_s: float = Field(
-        default=DEFAULT_TIME_BUDGET_S, gt=0, le=86_400, description="--time-budget (seconds)."
+        default=DEFAULT_TIME_BUDGET_S,
+        gt=0,
+        le=86_400,
+        description="--time-budget: seconds the whole run should take: the TTFT comparison "
+        "keeps the lengths a measured prefill rate fits in what is left.",
     )
-    lengths: tuple[int, ...] | None = Field(
+    lengths: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
         default=None,
         min_length=1,
         max_length=64,
-        description="--lengths (tokens); None: chosen from the measured prefill rate.",
+        description="Prompt lengths in tokens for the TTFT comparison, comma-separated (not "
+        "scaled to the budget; default: chosen from the measured prefill rate).",
     )
-    repeats: int = Field(default=3, ge=1, le=1_000, description="--repeats: timed warm sends.")
-    cold_repeats: int = Field(default=2, ge=1, le=1_000, description="Salted cold sends/length.")
-    keep_running: bool = Field(default=False, description="--keep-running: leave servers up.")
+    repeats: int = Field(
+        default=3, ge=1, le=1_000, description="Timed warm sends per length in the TTFT comparison."
+    )
+    cold_repeats: int = Field(
+        default=2,
+        ge=1,
+        le=1_000,
+        description="Cold sends per length in the TTFT comparison, each with a fresh salt.",
+    )
+    keep_running: bool = Field(
+        default=False, description="Leave vLLM and the router up afterwards and print their URLs."
+    )
     cache_dir: Path = Field(
         default_factory=cache_root, description="Model, tokenizer and index cache."
     )

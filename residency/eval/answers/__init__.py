@@ -13,10 +13,10 @@ from residency.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from residency.eval.answers.judge import Judge, JudgeError, grade_schema, parse_grade
+    from residency.eval.answers.options import STRATEGIES, AnswerEvalOptions, default_strategies
     from residency.eval.answers.records import (
         OTHER_TYPE,
         QUESTION_TYPES,
-        STRATEGIES,
         AnswerEvalReport,
         AnswerQuestion,
         AnswerRecord,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         StrategyReport,
         load_answer_questions,
     )
-    from residency.eval.answers.run import AnswerEvalJob, default_strategies, run_answer_eval
+    from residency.eval.answers.run import AnswerEvalJob, run_answer_eval
     from residency.eval.answers.scoring import (
         judge_verdict,
         score_group,
@@ -38,6 +38,7 @@ __all__ = [
     "QUESTION_TYPES",
     "STRATEGIES",
     "AnswerEvalJob",
+    "AnswerEvalOptions",
     "AnswerEvalReport",
     "AnswerQuestion",
     "AnswerRecord",

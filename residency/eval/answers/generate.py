@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 from residency.corpus.model import Chunk, Section
 from residency.errors import UpstreamError
-from residency.eval.answers.records import AnswerQuestion, StrategyName
+from residency.eval.answers.options import StrategyName
+from residency.eval.answers.records import AnswerQuestion
 from residency.eval.answers.scoring import evidence_visible
 from residency.index import Index
 from residency.planning.prefix import render_passage, render_prefix

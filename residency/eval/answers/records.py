@@ -8,11 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.eval.answers.options import StrategyName
 from residency.eval.questions import read_records
 from residency.machine import MachineInfo
 
-StrategyName = Literal["echo", "rag", "whole", "residency"]
-STRATEGIES: tuple[StrategyName, ...] = ("echo", "rag", "whole", "residency")
 # A strategy's label in reports: "echo", "rag-top3", "rag-top5", "whole", "residency".
 _LABEL = r"^(echo|rag-top[1-9][0-9]*|whole|residency)$"
 # The reference measurement's six types (docs/design/background.md); anything else is grouped

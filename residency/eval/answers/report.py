@@ -7,13 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from residency.eval.answers.generate import Attempt
-from residency.eval.answers.records import (
-    AnswerQuestion,
-    AnswerRecord,
-    Grade,
-    StrategyName,
-    StrategyReport,
-)
+from residency.eval.answers.options import StrategyName
+from residency.eval.answers.records import AnswerQuestion, AnswerRecord, Grade, StrategyReport
 from residency.eval.answers.reference import score_reference
 from residency.eval.answers.scoring import (
     Verdict,

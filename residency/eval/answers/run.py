@@ -13,7 +13,6 @@ import orjson
 
 from residency.atomic import append_line, write_bytes_atomic
 from residency.errors import ConfigError
-from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS, DEFAULT_K, DEFAULT_MAX_TOKENS
 from residency.eval.answers.generate import (
     AnswerStrategy,
     EchoStrategy,
@@ -25,14 +24,13 @@ from residency.eval.answers.generate import (
     whole_text,
 )
 from residency.eval.answers.judge import Judge, JudgeError
+from residency.eval.answers.options import AnswerEvalOptions, StrategyName
 from residency.eval.answers.records import (
-    STRATEGIES,
     AnswerEvalReport,
     AnswerQuestion,
     AnswerRecord,
     Grade,
     RunSettings,
-    StrategyName,
     StrategyReport,
 )
 from residency.eval.answers.report import build_record, strategy_report
@@ -46,50 +44,36 @@ DEFAULT_TIMEOUT_S = 600.0  # a cold whole-text prefill on a CPU takes seconds, n
 
 @dataclass(frozen=True)
 class AnswerEvalJob:
-    """Everything `residency eval answers` was asked."""
+    """Everything `residency eval answers` was asked: the questions, the index and the options."""
 
     questions_path: Path
     questions: Sequence[AnswerQuestion]
     index: Index
-    strategies: tuple[StrategyName, ...]
-    generator: str | None = None
-    generator_model: str | None = None
-    judge: str | None = None
-    judge_model: str | None = None
-    router: str | None = None
-    plan: Path | None = None
-    ks: tuple[int, ...] = (DEFAULT_K,)
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    judge_max_tokens: int = DEFAULT_JUDGE_MAX_TOKENS
-    records_path: Path | None = None
-    api_key: str | None = None
+    options: AnswerEvalOptions
     timeout_s: float = DEFAULT_TIMEOUT_S
 
+    @property
+    def strategies(self) -> tuple[StrategyName, ...]:
+        """The strategies to run, each once."""
+        return self.options.strategies
 
-def default_strategies(router: str | None) -> tuple[StrategyName, ...]:
-    """echo + rag + whole, and residency when a router is given."""
-    return STRATEGIES if router else ("echo", "rag", "whole")
+    @property
+    def ks(self) -> tuple[int, ...]:
+        """One rag per k."""
+        return self.options.ks
 
 
 def check_job(job: AnswerEvalJob) -> None:
-    """Refuse contradictory or incomplete settings before any request is sent."""
-    unknown = [s for s in job.strategies if s not in STRATEGIES]
-    if unknown:
-        raise ConfigError(f"--strategy {unknown[0]!r}: expected one of {', '.join(STRATEGIES)}")
+    """Refuse contradictory or incomplete settings before any request is sent (each value's
+    bounds are `AnswerEvalOptions`')."""
+    o = job.options
     needs_generator = [s for s in job.strategies if s in ("rag", "whole")]
-    if needs_generator and not job.generator:
+    if needs_generator and not o.generator:
         raise ConfigError(f"--strategy {needs_generator[0]} needs --generator URL")
-    if "residency" in job.strategies and not job.router:
+    if "residency" in job.strategies and not o.router:
         raise ConfigError("--strategy residency needs --router URL (residency serve)")
-    if job.judge_model and not job.judge:
-        raise ConfigError(f"--judge-model {job.judge_model}: pass the judge's URL with --judge")
-    if not job.ks:
-        raise ConfigError("--k: give at least one value")
-    for name, value in (*(("--k", k) for k in job.ks), ("--max-tokens", job.max_tokens)):
-        if value < 1:
-            raise ConfigError(f"{name} {value}: must be at least 1")
-    if job.judge_max_tokens < 1:
-        raise ConfigError(f"--judge-max-tokens {job.judge_max_tokens}: must be at least 1")
+    if o.judge_model and not o.judge:
+        raise ConfigError(f"--judge-model {o.judge_model}: pass the judge's URL with --judge")
 
 
 def resolve_model(client: VllmClient, given: str | None, flag: str) -> str:
@@ -131,22 +115,26 @@ def build_strategies(
             built.append(EchoStrategy())
         elif name == "rag":
             assert generator is not None
-            for k in dict.fromkeys(job.ks):
-                built.append(RagStrategy(job.index, generator, k, job.max_tokens))
+            for k in job.ks:
+                built.append(RagStrategy(job.index, generator, k, job.options.max_tokens))
         elif name == "whole":
             assert generator is not None
             system = whole_text(job.index.sections, job.index.language)
-            reason = whole_skip_reason(generator.client, generator.model, system, job.max_tokens)
+            reason = whole_skip_reason(
+                generator.client, generator.model, system, job.options.max_tokens
+            )
             if reason is not None:
                 built.append(Skipped(name, name, reason))
                 continue
             ids = [s.id for s in job.index.sections]
-            built.append(WholeStrategy(system, ids, generator, job.max_tokens))
+            built.append(WholeStrategy(system, ids, generator, job.options.max_tokens))
         else:
             assert router is not None
-            model = resolve_model(router, job.generator_model, "--generator-model")
+            model = resolve_model(router, job.options.generator_model, "--generator-model")
             endpoint = Endpoint(router, model)
-            built.append(ResidencyStrategy(endpoint, _resident_ids(job.plan), job.max_tokens))
+            built.append(
+                ResidencyStrategy(endpoint, _resident_ids(job.options.plan), job.options.max_tokens)
+            )
     return built
 
 
@@ -160,7 +148,7 @@ def _notes(job: AnswerEvalJob) -> list[str]:
             f"{len(missing)} gold id(s) are not sections of the index (e.g. {missing[0]}): "
             "their evidence never counts as visible"
         )
-    if "residency" in job.strategies and job.plan is None:
+    if "residency" in job.strategies and job.options.plan is None:
         notes.append("residency without --plan: the share of visible gold evidence is not known")
     return notes
 
@@ -200,8 +188,8 @@ def run_strategy(
             judge_error,
             judged=judge is not None,
         )
-        if job.records_path is not None:
-            append_line(job.records_path, orjson.dumps(record.model_dump(mode="json")))
+        if job.options.records is not None:
+            append_line(job.options.records, orjson.dumps(record.model_dump(mode="json")))
         records.append(record)
         if progress is not None:
             progress.advance(1)
@@ -215,13 +203,13 @@ def resolve_judge(
     URL is the generator's, else the server's only model); None: reference scorer only."""
     if client is None:
         return None
-    if job.judge_model:
-        model = job.judge_model
+    if job.options.judge_model:
+        model = job.options.judge_model
     elif generator is not None and client.base_url == generator.base_url:
         model = generator.model
     else:
         model = resolve_model(client, None, "--judge-model")
-    return Judge(client, model, job.judge_max_tokens)
+    return Judge(client, model, job.options.judge_max_tokens)
 
 
 def run_answer_eval(job: AnswerEvalJob, progress: BuildProgress | None = None) -> AnswerEvalReport:
@@ -232,16 +220,20 @@ def run_answer_eval(job: AnswerEvalJob, progress: BuildProgress | None = None) -
         def client_for(url: str | None, flag: str) -> VllmClient | None:
             if not url:
                 return None
-            client = VllmClient(url, timeout_s=job.timeout_s, api_key=job.api_key, flag=flag)
+            client = VllmClient(
+                url, timeout_s=job.timeout_s, api_key=job.options.api_key, flag=flag
+            )
             return clients.enter_context(client)
 
         generator = None
-        generator_client = client_for(job.generator, "--generator")
+        generator_client = client_for(job.options.generator, "--generator")
         if generator_client is not None:
-            model = resolve_model(generator_client, job.generator_model, "--generator-model")
+            model = resolve_model(
+                generator_client, job.options.generator_model, "--generator-model"
+            )
             generator = Endpoint(generator_client, model)
-        judge = resolve_judge(job, generator, client_for(job.judge, "--judge"))
-        built = build_strategies(job, generator, client_for(job.router, "--router"))
+        judge = resolve_judge(job, generator, client_for(job.options.judge, "--judge"))
+        built = build_strategies(job, generator, client_for(job.options.router, "--router"))
         return _run_all(job, built, generator, judge, progress)
 
 
@@ -253,15 +245,15 @@ def _run_all(
     progress: BuildProgress | None,
 ) -> AnswerEvalReport:
     """Run the built strategies in turn and assemble the report."""
-    if job.records_path is not None:
-        write_bytes_atomic(job.records_path, b"")  # this run's records only
+    if job.options.records is not None:
+        write_bytes_atomic(job.options.records, b"")  # this run's records only
     reports: list[StrategyReport] = []
     for entry in built:
         if isinstance(entry, Skipped):
             reports.append(strategy_report(entry.name, entry.kind, [], skipped=entry.reason))
             continue
         records = run_strategy(entry, job, judge, progress)
-        known = entry.kind != "residency" or job.plan is not None
+        known = entry.kind != "residency" or job.options.plan is not None
         reports.append(
             strategy_report(
                 entry.name,
@@ -279,11 +271,11 @@ def _run_all(
         generator_model=generator.model if generator else None,
         judge=judge.base_url if judge else None,
         judge_model=judge.model if judge else None,
-        router=job.router,
-        plan=str(job.plan) if job.plan else None,
-        ks=tuple(dict.fromkeys(job.ks)),
-        max_tokens=job.max_tokens,
-        judge_max_tokens=job.judge_max_tokens,
+        router=job.options.router,
+        plan=str(job.options.plan) if job.options.plan else None,
+        ks=job.ks,
+        max_tokens=job.options.max_tokens,
+        judge_max_tokens=job.options.judge_max_tokens,
     )
     return AnswerEvalReport(
         settings=settings,
