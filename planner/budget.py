@@ -22,7 +22,7 @@ from planner.units import round_up
 class Reserves(BaseModel):
     """Tokens each request needs beyond the resident prefix, and how many run at once."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     question_tokens: int = Field(
         default=256, ge=0, description="--reserve-question: tokens for the question."
@@ -56,7 +56,7 @@ BindingConstraint = Literal["max_model_len", "kv_cache"]
 class ResidentBudget(BaseModel):
     """The resident prefix budget and the constraint that sets it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     resident_budget_tokens: int = Field(ge=1, description="Tokens the prefix may take.")
     binding_constraint: BindingConstraint = Field(description="The smaller of the two limits.")

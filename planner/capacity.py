@@ -28,7 +28,7 @@ from planner.units import cdiv, format_gib
 class KVCapacity(BaseModel):
     """What vLLM will report for a KV layout and a number of KV bytes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kv_cache_memory_bytes: int = Field(ge=0, description="Bytes given to the KV cache.")
     num_blocks: int = Field(ge=0, description="vLLM num_gpu_blocks.")

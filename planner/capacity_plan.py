@@ -16,7 +16,7 @@ from planner.model_spec import ModelSpec
 class CapacityPlan(BaseModel):
     """KV layout, capacity (central and band) and resident budget for one host."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     layout: KVLayout = Field(description="Pages, block size and groups.")
     capacity: KVCapacity = Field(description="At the central KV-bytes estimate.")

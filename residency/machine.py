@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class MachineInfo(BaseModel):
     """The host a run measured its times on."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     cpu_model: str = Field(max_length=256, description="/proc/cpuinfo's model name.")
     cores: int = Field(ge=1, description="CPUs this process may run on (its affinity).")

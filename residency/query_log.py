@@ -25,7 +25,7 @@ from residency.errors import ConfigError, CorpusError
 class LogEntry(BaseModel):
     """One logged question (extra router fields are ignored when reading)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     query: str = Field(min_length=1, max_length=100_000, description="The user's question.")
     count: int = Field(default=1, ge=1, le=10**9, description="Times this question was asked.")
@@ -35,7 +35,7 @@ class LogEntry(BaseModel):
 class LogRead(BaseModel):
     """The usable entries of a log and the lines that were skipped."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     entries: tuple[LogEntry, ...] = Field(description="Parsed entries, in file order.")
     skipped: tuple[str, ...] = Field(description="'file:line: reason' for every skipped line.")

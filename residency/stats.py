@@ -32,7 +32,7 @@ class TimingStats(BaseModel):
     """Order statistics of a set of timings, in seconds (percentiles by `percentile`); n = 0
     when nothing was timed, every figure then 0."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     n: int = Field(ge=0, le=10_000_000, description="Samples.")
     mean_s: float = Field(ge=0, le=86_400, description="Mean, seconds.")

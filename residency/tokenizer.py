@@ -31,7 +31,7 @@ APPROX_RULE = f"approx: ceil(utf-8 bytes / {APPROX_BYTES_PER_TOKEN})"
 class TokenCountInfo(BaseModel):
     """How the token counts of an index were made (recorded in its manifest)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     method: TokenCountMethod = Field(
         description="tokenizer (local tokenizer.json), server (vLLM /tokenize) or approx."

@@ -16,7 +16,7 @@ DEFAULT_LENGTHS: tuple[int, ...] = (2000, 8000, 16000, 30000)
 class BenchOptions(BaseModel):
     """What `residency bench` measures and how it talks to the server."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     server: str = Field(
         min_length=1, max_length=4096, description="Base URL of the vLLM server to measure."

@@ -20,7 +20,7 @@ CachedSource = Literal["usage", "metrics"]
 class LengthResult(BaseModel):
     """Cold and warm TTFT of one prompt length (or of the plan's shared prefix)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     label: str = Field(min_length=1, max_length=64, description="Requested length, or 'plan'.")
     prompt_tokens: int = Field(ge=1, le=10_000_000, description="Tokens of every send.")
@@ -50,7 +50,7 @@ class LengthResult(BaseModel):
 class CoveragePoint(BaseModel):
     """Measured coverage of one strategy at one resident budget."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     strategy: str = Field(min_length=1, max_length=64, description="planner, a baseline, rag-topK.")
     budget_tokens: int = Field(ge=1, le=10_000_000, description="Resident budget planned for.")
@@ -62,7 +62,7 @@ class CoveragePoint(BaseModel):
 class CoverageCurve(BaseModel):
     """Coverage vs resident budget for the planner and the baselines, on the plan's index."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     questions_source: str = Field(min_length=1, max_length=4096, description="--questions.")
     questions: int = Field(ge=0, le=10_000_000, description="Questions with relevant ids.")
@@ -75,7 +75,7 @@ class CoverageCurve(BaseModel):
 class BenchReport(BaseModel):
     """A whole `residency bench` run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["bench"] = Field(default="bench", description="Report kind.")
     timestamp: dt.datetime = Field(description="When the run finished (UTC).")

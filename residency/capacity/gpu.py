@@ -31,7 +31,7 @@ from residency.errors import GpuError
 class LiveGpu(BaseModel):
     """What NVML reports for one device."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     index: int = Field(ge=0, description="CUDA device index as this process sees it.")
     nvml_index: int = Field(default=0, ge=0, description="NVML (physical) device index.")

@@ -32,7 +32,7 @@ def profiles_dir() -> Path:
 class GpuProfile(BaseModel):
     """Facts of one GPU model (profiles/gpus/*.toml)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     name: str = Field(description="Profile name, the file stem.")
     display_name: str = Field(description="Marketing name.")
@@ -45,7 +45,7 @@ class GpuProfile(BaseModel):
 class ModelProfile(BaseModel):
     """A model's config facts and weights size (profiles/models/*.toml)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     name: str = Field(description="Profile name, the file stem.")
     hf_repo: str = Field(description="Hugging Face repository id.")
@@ -58,7 +58,7 @@ class ModelProfile(BaseModel):
 class ResolvedModel(BaseModel):
     """A model as the planner sees it, with where each fact came from."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(description="Profile name or local path.")
     spec: ModelSpec = Field(description="Facts from config.json.")

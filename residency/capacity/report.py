@@ -32,7 +32,7 @@ from residency.vllm_client.sync_client import label_int
 class CapacityInputs(BaseModel):
     """The inputs a report was computed from, with their sources."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model: str = Field(description="Model profile or path.")
     model_config_source: str = Field(description="Where the config facts come from.")
@@ -61,7 +61,7 @@ class CapacityInputs(BaseModel):
 class ServerComparison(BaseModel):
     """vLLM's own numbers beside the planner's prediction."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     served_model: str = Field(description="Model id the server serves.")
     max_model_len: int = Field(description="The server's max_model_len.")
@@ -78,7 +78,7 @@ class ServerComparison(BaseModel):
 class CapacityReport(BaseModel):
     """The capacity part of `residency plan`: one JSON object with `--json`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kv_cache_tokens: int = Field(description="KV-cache tokens (vLLM kv_cache_size_tokens).")
     kv_cache_tokens_range: tuple[int, int] | None = Field(

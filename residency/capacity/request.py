@@ -21,7 +21,7 @@ class CapacityRequest(BaseModel):
     """Everything `residency plan` was asked: the host, the vLLM flags that shape the KV cache
     (`cache`, the planner's own `CacheSettings`), the memory flags and the reserves."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model: str | None = Field(
         default=None,

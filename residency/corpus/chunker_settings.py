@@ -16,7 +16,7 @@ DEFAULT_CHUNK_OVERLAP = 32
 class ChunkerSettings(BaseModel):
     """How sections were cut into chunks (recorded in the index manifest)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: ChunkerKind = Field(
         default="fixed",

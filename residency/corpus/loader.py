@@ -72,7 +72,7 @@ class Corpus:
 class JsonlRecord(BaseModel):
     """One line of a .jsonl corpus file (other fields are ignored)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     id: str = Field(min_length=1, max_length=1024, pattern=r"\S", description="Section id.")
     text: str = Field(min_length=1, max_length=10_000_000, pattern=r"\S", description="Body.")

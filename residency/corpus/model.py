@@ -26,7 +26,7 @@ _TEXT = 10_000_000
 class Section(BaseModel):
     """One section of the corpus, with its text as written and its token count."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(
         min_length=1,
@@ -61,7 +61,7 @@ class Section(BaseModel):
 class Chunk(BaseModel):
     """A slice of one section's text: what BM25 and the dense index hold."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(
         min_length=4, max_length=_ID + 16, description="'<section id>::c<N>', N from 1."
@@ -109,7 +109,7 @@ def section_id_of(chunk_id_: str) -> str:
 class SkippedInput(BaseModel):
     """An input the loader did not index, and why (listed in the CLI output and manifest)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     file: str = Field(min_length=1, max_length=_ID, description="File relative to the corpus.")
     line: int = Field(ge=0, description="1-based line, or 0 when the whole file was skipped.")
@@ -123,7 +123,7 @@ class SkippedInput(BaseModel):
 class SourceFile(BaseModel):
     """One file the loader looked at: its content hash and what it yielded."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     path: str = Field(min_length=1, max_length=_ID, description="Relative to the corpus root.")
     sha256: str = Field(min_length=64, max_length=64, description="sha256 of the file's bytes.")

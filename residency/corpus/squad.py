@@ -31,7 +31,7 @@ MAX_SLUG_CHARS = 80
 class SquadAnswer(BaseModel):
     """An answer span (only the text is used)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     text: str = Field(max_length=100_000, description="Answer text.")
 
@@ -39,7 +39,7 @@ class SquadAnswer(BaseModel):
 class SquadQuestion(BaseModel):
     """One question of a paragraph."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     id: str = Field(min_length=1, max_length=1024, description="Question id.")
     question: str = Field(min_length=1, max_length=100_000, description="Question text.")
@@ -50,7 +50,7 @@ class SquadQuestion(BaseModel):
 class SquadParagraph(BaseModel):
     """A context paragraph with its questions."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     context: str = Field(min_length=1, max_length=10_000_000, description="Paragraph text.")
     qas: tuple[SquadQuestion, ...] = Field(default=(), description="Questions on it.")
@@ -59,7 +59,7 @@ class SquadParagraph(BaseModel):
 class SquadArticle(BaseModel):
     """An article: title and paragraphs."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     title: str = Field(max_length=1024, description="Article title.")
     paragraphs: tuple[SquadParagraph, ...] = Field(description="Its paragraphs.")
@@ -68,7 +68,7 @@ class SquadArticle(BaseModel):
 class SquadFile(BaseModel):
     """The top level of a SQuAD-format file."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     data: tuple[SquadArticle, ...] = Field(min_length=1, description="Articles.")
 
@@ -76,7 +76,7 @@ class SquadFile(BaseModel):
 class SquadImportReport(BaseModel):
     """What an import wrote (also OUTDIR/import.json)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     source_file: str = Field(min_length=1, max_length=4096, description="The SQuAD file read.")
     source_sha256: str = Field(min_length=64, max_length=64, description="Its sha256.")

@@ -20,7 +20,7 @@ DEFAULT_TODAY = dt.date(2025, 6, 15)
 class DemoOptions(BaseModel):
     """What `residency demo` runs, and where it writes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     out_dir: Path = Field(
         default=Path("demo-out"),

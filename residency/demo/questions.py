@@ -43,7 +43,7 @@ DATED_CANDIDATES: dict[str, tuple[str, ...]] = {
 class QuestionResult(BaseModel):
     """One question through the router: its route, what was retrieved, and vLLM's numbers."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     question: str = Field(min_length=1, max_length=4096, description="What was asked.")
     intent: Intent = Field(description="Why it was picked: where the plan put its evidence.")

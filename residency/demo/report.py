@@ -18,7 +18,7 @@ from residency.warm import WarmReport
 class StepResult(BaseModel):
     """One finished step and how long it took."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(min_length=1, max_length=64, description="Step name.")
     seconds: float = Field(ge=0, le=86_400, description="Wall time of the step.")
@@ -28,7 +28,7 @@ class StepResult(BaseModel):
 class PrefillProbe(BaseModel):
     """The measured cold-prefill rate the comparison was sized from."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     probes: tuple[tuple[int, float], ...] = Field(
         max_length=8, description="(prompt tokens, cold TTFT seconds) of each salted probe."
@@ -41,7 +41,7 @@ class PrefillProbe(BaseModel):
 class DemoReport(BaseModel):
     """A whole demo run (demo.json)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["demo"] = Field(default="demo", description="Report kind.")
     timestamp: dt.datetime = Field(description="When the run finished (UTC).")

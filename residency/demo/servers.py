@@ -29,7 +29,7 @@ class Terminated(BaseException):
 class ProcessInfo(BaseModel):
     """One server the demo started: where it listens and how to find (or stop) its processes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(min_length=1, max_length=64, description="vllm or router.")
     pid: int = Field(ge=1, description="The leader's pid.")

@@ -20,7 +20,7 @@ DEFAULT_BUDGET_TOKENS = 30000
 class TrafficOptions(BaseModel):
     """How much traffic to draw, how skewed, and from which seed."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     zipf_s: float = Field(
         default=DEFAULT_ZIPF_S,
@@ -52,7 +52,7 @@ class TrafficOptions(BaseModel):
 class CoverageOptions(BaseModel):
     """The routing every row is evaluated with, and the simulation's budget and host."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     budget_tokens: int = Field(
         default=DEFAULT_BUDGET_TOKENS,

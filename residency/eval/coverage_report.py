@@ -13,7 +13,7 @@ from residency.eval.traffic import TrafficStats
 class CoverageMetrics(BaseModel):
     """Coverage of a set of questions under one resident set."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     questions: int = Field(ge=0, description="Questions evaluated (with relevant ids).")
     coverage: float = Field(ge=0, le=1, description="Share whose gold evidence is visible.")
@@ -59,7 +59,7 @@ class CoverageMetrics(BaseModel):
 class StrategyResult(BaseModel):
     """One row of the comparison: a resident set and its coverage."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(min_length=1, max_length=64, description="Row name, e.g. planner, rag-top3.")
     strategy: str = Field(min_length=1, max_length=32, description="Planning strategy.")
@@ -87,7 +87,7 @@ class StrategyResult(BaseModel):
 class CoverageSettings(BaseModel):
     """The retrieval and routing every row was evaluated with."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     index_dir: str = Field(min_length=1, max_length=4096, description="Index evaluated.")
     manifest_hash: str = Field(min_length=64, max_length=64, description="sha256 of manifest.")
@@ -108,7 +108,7 @@ class CoverageSettings(BaseModel):
 class SeedStat(BaseModel):
     """Mean and sample standard deviation of one metric over traffic seeds."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     mean: float = Field(description="Mean over seeds.")
     sd: float = Field(ge=0, description="Sample standard deviation (0 for one seed).")
@@ -117,7 +117,7 @@ class SeedStat(BaseModel):
 class RowAcrossSeeds(BaseModel):
     """One strategy's metrics over `--seeds` simulated traffics."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(min_length=1, max_length=64, description="Row name.")
     seeds: int = Field(ge=1, description="Traffic seeds run.")
@@ -139,7 +139,7 @@ class RowAcrossSeeds(BaseModel):
 class CoverageReport(BaseModel):
     """A whole `residency eval coverage` run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: str = Field(default="coverage", max_length=32, description="Report kind.")
     timestamp: dt.datetime = Field(description="When the run finished (UTC).")

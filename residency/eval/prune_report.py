@@ -13,7 +13,7 @@ from residency.stats import TimingStats
 class KeptFigures(BaseModel):
     """Context removed and gold evidence kept by one way of choosing chunks."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(max_length=64, description="pruner, floor only, or grades only.")
     chunks_retrieved: int = Field(ge=0, description="Chunks retrieved over all questions.")
@@ -35,7 +35,7 @@ class PruneEvalSettings(BaseModel):
     """What was measured, and against what (`k` and `limit` are `eval prune`'s --k and --limit;
     the pruner's flags are bound to `PrunerSettings`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     source: str = Field(max_length=4096, description="The questions' source file.")
     index_dir: str = Field(max_length=4096, description="The index chunks were retrieved from.")
@@ -57,7 +57,7 @@ class PruneEvalSettings(BaseModel):
 class PruneEvalReport(BaseModel):
     """The pruner on N questions: context removed, gold evidence kept, latency, failures."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     settings: PruneEvalSettings = Field(description="What was measured.")
     machine: MachineInfo | None = Field(

@@ -20,7 +20,7 @@ Record = TypeVar("Record", bound=BaseModel)
 class Question(BaseModel):
     """One line of a questions file (other fields, e.g. answer, are ignored)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     query: str = Field(min_length=1, max_length=100_000, pattern=r"\S", description="Question.")
     relevant_ids: tuple[str, ...] = Field(

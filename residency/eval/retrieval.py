@@ -73,7 +73,7 @@ def ndcg_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float
 class MetricSet(BaseModel):
     """Mean metrics over a set of questions."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     questions: int = Field(ge=0, description="Questions averaged.")
     recall_at_1: float = Field(ge=0.0, le=1.0, description="Mean recall@1.")
@@ -106,7 +106,7 @@ def mean_metrics(rows: Sequence[dict[str, float]]) -> MetricSet:
 class RetrieverReport(BaseModel):
     """One retriever's metrics, overall and per question type."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     overall: MetricSet = Field(description="All evaluated questions.")
     by_type: dict[str, MetricSet] = Field(description="Per question type ('untyped' if none).")
@@ -115,7 +115,7 @@ class RetrieverReport(BaseModel):
 class Budget(BaseModel):
     """A floor under one metric of the fusion (--min-recall R@10=0.80)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     metric: str = Field(min_length=3, max_length=16, description="'R@10', 'MRR@10', ...")
     minimum: float = Field(ge=0.0, le=1.0, description="Lowest acceptable value.")
@@ -145,7 +145,7 @@ def parse_budget(text: str) -> Budget:
 class EvalSettings(BaseModel):
     """What the evaluated retrieval looked like."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     embedder: str | None = Field(max_length=4096, description="Dense embedder (None: no dense).")
     sparse_tokenizer: str = Field(min_length=1, max_length=128, description="BM25 tokenizer.")
@@ -163,7 +163,7 @@ class EvalSettings(BaseModel):
 class RetrievalEvalReport(BaseModel):
     """A whole `residency eval retrieval` run (also one eval-history record)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: str = Field(default="retrieval", max_length=32, description="History record kind.")
     timestamp: dt.datetime = Field(description="When the run finished (UTC).")

@@ -17,7 +17,7 @@ RetrievalBackendName = Literal["hybrid", "qdrant"]
 class RetrievalEvalOptions(BaseModel):
     """Where `eval retrieval` runs the retrievers, how it fuses them, where it records the run."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     retriever: RetrievalBackendName = Field(
         default="hybrid",

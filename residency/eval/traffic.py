@@ -43,7 +43,7 @@ from residency.query_log import LogEntry
 class TrafficStats(BaseModel):
     """What the simulation had to work with and what it drew."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     paragraphs: int = Field(ge=1, description="Gold paragraphs (popularity ranks).")
     questions: int = Field(ge=1, description="Answerable questions split into the pools.")
@@ -62,7 +62,7 @@ class TrafficStats(BaseModel):
 class SimulatedTraffic(BaseModel):
     """A query log for the planner and evaluation traffic from disjoint question pools."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     options: TrafficOptions = Field(description="How it was drawn.")
     stats: TrafficStats = Field(description="Pools and draws.")

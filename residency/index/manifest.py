@@ -51,7 +51,7 @@ INDEX_ARTEFACTS = frozenset(
 class EmbedderInfo(BaseModel):
     """The dense embedder an index was built with (queries must use the same one)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str = Field(min_length=1, max_length=4096, description="get_embedder() name.")
     dim: int = Field(ge=1, le=65_536, description="Vector dimension.")
@@ -60,7 +60,7 @@ class EmbedderInfo(BaseModel):
 class BuildStats(BaseModel):
     """What the build that wrote this index did (reuse is what makes re-indexing fast)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     embedded_chunks: int = Field(ge=0, description="Chunks whose text was embedded this build.")
     reused_chunks: int = Field(ge=0, description="Chunks whose vector came from the old index.")
@@ -71,7 +71,7 @@ class BuildStats(BaseModel):
 class IndexManifest(BaseModel):
     """Everything needed to trust, reuse and query an index directory."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     format_version: Literal[1] = Field(description="Index layout version.")
     created_at: dt.datetime = Field(description="When the build finished (UTC).")

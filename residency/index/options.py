@@ -17,7 +17,7 @@ DEFAULT_SPARSE_TOKENIZER = "cjk-bigram-v1"
 class IndexOptions(BaseModel):
     """What `residency index` was asked to build."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     embedder: str = Field(
         default=DEFAULT_EMBEDDER,
@@ -45,7 +45,7 @@ class IndexOptions(BaseModel):
 class UploadOptions(BaseModel):
     """How `residency index --to qdrant` writes the index into the collection."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     vector_name: str = Field(
         default=DEFAULT_DENSE_VECTOR,

@@ -48,7 +48,7 @@ _T = TypeVar("_T")
 class UploadReport(BaseModel):
     """What one upload did."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     location: str = Field(description="--to qdrant LOCATION.")
     collection: str = Field(description="Collection written.")

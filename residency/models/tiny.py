@@ -45,7 +45,7 @@ _Width = Annotated[int, Field(ge=16, le=32768)]
 class TinyModelSpec(BaseModel):
     """The shape of one tiny random-weight model; its JSON is part of the build hash."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["dense", "hybrid"] = Field(
         default="dense",

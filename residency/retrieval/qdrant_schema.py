@@ -48,7 +48,7 @@ Fusion = Literal["rrf", "qdrant-rrf"]
 class QdrantOptions(BaseModel):
     """Where the collection lives and how to query it (--qdrant, --collection, ...)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     location: str = Field(
         min_length=1,
@@ -79,7 +79,7 @@ class QdrantOptions(BaseModel):
 class DenseVectorRecord(BaseModel):
     """What one named dense vector of the collection holds."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     embedder: str = Field(min_length=1, max_length=4096, description="get_embedder() name.")
     dim: int = Field(ge=1, le=65_536, description="Vector dimension.")
@@ -91,7 +91,7 @@ class DenseVectorRecord(BaseModel):
 class CollectionRecord(BaseModel):
     """The collection metadata under ``residency``: how its vectors were made."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     format_version: Literal[1] = Field(description="Layout version of this record.")
     sparse_tokenizer: str = Field(min_length=1, max_length=128, description="BM25 tokenizer.")

@@ -49,7 +49,7 @@ SKIP_BOUND_FRACTION = 0.25
 class Bm25Meta(BaseModel):
     """What `BM25Retriever.load` checks before trusting the bm25s files beside it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     format_version: Literal[1] = Field(description="Layout version of this directory's bm25 files")
     tokenizer: str = Field(min_length=1, description="Tokenizer name, e.g. cjk-bigram-v1")

@@ -109,7 +109,7 @@ class PruneResult:
 class _Grade(BaseModel):
     """One item of the reply."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     passage: StrictInt = Field(ge=1, description="1-based passage label.")
     grade: StrictInt = Field(ge=1, le=5, description="5 essential ... 1 unrelated.")
@@ -118,19 +118,19 @@ class _Grade(BaseModel):
 class _Reply(BaseModel):
     """The whole reply the schema allows."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     grades: tuple[_Grade, ...] = Field(max_length=10_000, description="One grade per passage.")
 
 
 class _Message(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     content: str | None = Field(default=None, description="The assistant's text.")
 
 
 class _Choice(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     message: _Message = Field(description="The reply message.")
     finish_reason: str | None = Field(default=None, description="stop, length, ...")
@@ -139,7 +139,7 @@ class _Choice(BaseModel):
 class _ChatResponse(BaseModel):
     """The part of an OpenAI chat-completions response the pruner reads."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     choices: tuple[_Choice, ...] = Field(min_length=1, description="Completions; we read one.")
 

@@ -24,7 +24,7 @@ class PrunerSettings(BaseModel):
     """Where the grading model runs and how its grades become a kept set: the one pruner
     configuration, behind `residency serve --pruner-*` and `residency eval prune`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     url: str = Field(
         min_length=1,

@@ -14,7 +14,7 @@ Outcome = Literal["ok", "upstream_error", "client_error", "disconnected", "unava
 class RouterLogRecord(BaseModel):
     """One request, one line (appended atomically; see residency.query_log)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     query: str = Field(min_length=1, description="The question (last user message).")
     count: int = Field(default=1, ge=1, description="Always 1: one line per request.")

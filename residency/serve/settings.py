@@ -22,7 +22,7 @@ DEFAULT_UPSTREAM = "http://127.0.0.1:8000"
 class RequestLimits(BaseModel):
     """What one client request may cost the router (each limit is a `residency serve` flag)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     max_body_bytes: int = Field(
         default=1_048_576, ge=1024, le=1 << 30, description="Largest request body (413 beyond)."
@@ -54,7 +54,7 @@ class RequestLimits(BaseModel):
 class ServeSettings(BaseModel):
     """Everything the router needs; built by the CLI from flags (each description is the help)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     plan: Path = Field(description="plan.json whose prefix every request starts with.")
     index: Path | None = Field(

@@ -25,7 +25,7 @@ ERROR_BODY_CHARS = 300
 class ServedModel(BaseModel):
     """One entry of `/v1/models`."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     id: str = Field(description="Served model name.")
     root: str | None = Field(default=None, description="Model path or repo the server loaded.")
@@ -35,7 +35,7 @@ class ServedModel(BaseModel):
 class SendResult(BaseModel):
     """One prefill of a token-id prompt: vLLM's per-request and server-wide cache numbers."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     prompt_tokens: int = Field(ge=0, description="usage.prompt_tokens.")
     cached_tokens: int | None = Field(

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class WarmOptions(BaseModel):
     """How `residency warm` talks to the server and how hard it tries."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     server: str = Field(
         default="http://127.0.0.1:8000", min_length=1, description="Base URL of the vLLM server."
@@ -41,7 +41,7 @@ class WarmOptions(BaseModel):
 class WatchSettings(BaseModel):
     """How `residency warm --watch` probes and waits."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     interval_s: float = Field(default=15.0, gt=0, description="Seconds between probes.")
     max_backoff_s: float = Field(

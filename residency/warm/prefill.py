@@ -22,7 +22,7 @@ from residency.warm.verify import WarmTarget, check_server
 class PrefixWarm(BaseModel):
     """One resident prefix after every prefix was warmed: vLLM's cached tokens for it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(description="The plan's prefix id.")
     prefix_hash: str = Field(description="Its hash, recomputed through /tokenize.")
@@ -42,7 +42,7 @@ class WarmReport(BaseModel):
     """What `residency warm` did and what vLLM says about it (the top-level fields describe the
     first prefix; `prefixes` every one, and `resident` is true only when all are)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     server: str = Field(description="--server URL.")
     served_model: str = Field(description="/v1/models id.")

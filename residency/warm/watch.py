@@ -33,7 +33,7 @@ EventName = Literal[
 class WatchEvent(BaseModel):
     """One log line of the watch loop (probe hits are not events)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     event: EventName = Field(description="What happened.")
     at: dt.datetime = Field(description="When (UTC).")

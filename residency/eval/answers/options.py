@@ -24,7 +24,7 @@ def default_strategies(router: str | None) -> tuple[StrategyName, ...]:
 class AnswerEvalOptions(BaseModel):
     """The strategies to compare, the servers that answer and judge, and the answer sizes."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     strategy: list[StrategyName] | None = Field(
         default=None,

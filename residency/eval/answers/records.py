@@ -39,7 +39,7 @@ _TEXT = 1_000_000
 class AnswerQuestion(BaseModel):
     """One line of qa.jsonl: the question, its gold sections, its type and reference answer."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
 
     id: str = Field(min_length=1, max_length=_ID, description="Question id (default: line N).")
     query: str = Field(min_length=1, max_length=100_000, pattern=r"\S", description="Question.")
@@ -73,7 +73,7 @@ def _default_id(raw: dict[str, Any], line_no: int) -> dict[str, Any]:
 class Grade(BaseModel):
     """The judge's verdict; its JSON schema is the judge's constrained output format."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     score: Literal[0, 1, 2] = Field(description="2 correct, 1 partly correct, 0 wrong.")
     abstained: bool = Field(
@@ -84,7 +84,7 @@ class Grade(BaseModel):
 class AnswerRecord(BaseModel):
     """One question answered by one strategy and graded: a line of the records jsonl."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     strategy: str = Field(
         pattern=_LABEL, description="The strategy's label: echo, rag-topK, whole or residency."
@@ -172,7 +172,7 @@ class AnswerRecord(BaseModel):
 class ScoreSummary(BaseModel):
     """Scores of a group of records (a strategy overall, or one question type)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     questions: int = Field(ge=0, description="Records in the group.")
     graded: int = Field(ge=0, description="Records counted in the means (no error).")
@@ -203,7 +203,7 @@ class ScoreSummary(BaseModel):
 class StrategyReport(BaseModel):
     """One strategy over the questions: scores, cost, evidence visibility, failures."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     strategy: str = Field(pattern=_LABEL, description="Label: echo, rag-topK, whole or residency.")
     kind: StrategyName = Field(description="echo, rag, whole or residency.")
@@ -255,7 +255,7 @@ class StrategyReport(BaseModel):
 class RunSettings(BaseModel):
     """What the run used, so a report can be reproduced."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     questions: str = Field(description="The questions file.")
     index_dir: str = Field(description="The index retrieved from.")
@@ -273,7 +273,7 @@ class RunSettings(BaseModel):
 class AnswerEvalReport(BaseModel):
     """The whole run: settings, then one report per strategy on the same questions."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     settings: RunSettings = Field(description="Inputs of the run.")
     machine: MachineInfo | None = Field(
