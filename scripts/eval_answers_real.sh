@@ -4,9 +4,11 @@
 #   scripts/eval_answers_real.sh [OUT_DIR]      (default .benchmarks; ~35 min on 2 cores)
 #
 # Starts vLLM (max_model_len 8192, prefix caching, compact structured output for the judge and
-# the pruner) and `residency serve`, plans the sample against the server, then runs
-# `eval answers` (rag top-3 / top-5, whole, residency; the same server as LLM judge) and
-# `eval prune` (the same model as grader), and stops both servers whatever happens.
+# the pruner) and `residency serve`, plans the sample against the server (the planner's count of
+# prefixes), then runs `eval answers` (echo, rag top-3 / top-5, whole, residency; the same server
+# as LLM judge), then the same questions through a single-prefix plan's router (`--prefixes 1`,
+# started after the first router stops, so the two never share the KV cache), and `eval prune`
+# (the same model as grader); stops every server whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-.benchmarks}"
@@ -41,6 +43,17 @@ wait_health "$ROUTER"
     --router "$ROUTER" --plan "$OUT/plan-en.json" --strategy echo --strategy rag --strategy whole \
     --strategy residency --k 3 --k 5 --max-tokens 64 --records "$OUT/answers-en.jsonl" \
     --json > "$OUT/answers-en.json"
+kill -TERM -- "-${pids[-1]}" 2>/dev/null || true
+while curl -sf "$ROUTER/health" >/dev/null; do sleep 1; done  # the first router is gone
+"${R[@]}" plan --sample harbor-lights-en --server "$VLLM" --platform cpu --prefixes 1 \
+    -o "$OUT/plan-en-single.json"
+setsid "${R[@]}" serve --plan "$OUT/plan-en-single.json" --upstream "$VLLM" --port "$ROUTER_PORT" \
+    --today 2026-01-15 > "$OUT/router-answers-single.log" 2>&1 &
+pids+=($!)
+wait_health "$ROUTER"
+"${R[@]}" eval answers --sample harbor-lights-en --generator "$VLLM" --router "$ROUTER" \
+    --plan "$OUT/plan-en-single.json" --strategy residency --max-tokens 64 \
+    --records "$OUT/answers-en-single.jsonl" --json > "$OUT/answers-en-single.json"
 "${R[@]}" eval prune --sample harbor-lights-en --pruner-url "$VLLM" --k 5 --limit 65 \
     --timeout 60 --json > "$OUT/prune-en.json"
-echo "answers: $OUT/answers-en.json, $OUT/answers-en.jsonl; pruner: $OUT/prune-en.json"
+echo "answers: $OUT/answers-en.json (single prefix: answers-en-single.json); pruner: $OUT/prune-en.json"
