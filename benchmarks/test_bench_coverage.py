@@ -23,6 +23,7 @@ from conftest import JSQUAD_VALID, REPO_ROOT
 
 from residency.atomic import write_bytes_atomic
 from residency.eval.coverage import CoverageReport, StrategyResult
+from residency.eval.coverage_options import CoverageOptions
 from residency.eval.coverage_runs import SimulationJob, run_simulation
 
 BUDGET_TOKENS = 30_000
@@ -44,7 +45,9 @@ class _Quiet:
 @functools.cache
 def comparison() -> CoverageReport:
     """The JSQuAD comparison, run once per session (the benchmark times the first call)."""
-    return run_simulation(SimulationJob(JSQUAD_VALID, BUDGET_TOKENS), _Quiet())
+    return run_simulation(
+        SimulationJob(JSQUAD_VALID, CoverageOptions(budget_tokens=BUDGET_TOKENS)), _Quiet()
+    )
 
 
 @pytest.fixture

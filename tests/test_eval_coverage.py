@@ -383,7 +383,11 @@ def corrupt_plan(plan_file: Path, path: Path, **update: str) -> Path:
         pytest.param(
             ("--squad", "{squad}", "--zipf", "0"), "greater than 0, got 0.0", id="zipf-zero"
         ),
-        pytest.param(("--squad", "{squad}", "--k", "0"), "--k 0", id="k-zero"),
+        pytest.param(
+            ("--squad", "{squad}", "--k", "0"),
+            "--k: input should be greater than or equal to 1, got 0",
+            id="k-zero",
+        ),
         pytest.param(
             ("--plan", "{tmp}/none.json", "--questions", "{qa}"),
             "--plan {tmp}/none.json",

@@ -120,10 +120,7 @@ def coverage(
                 questions,
                 index_dir=index_dir,
                 tokenizer_dir=tokenizer_dir,
-                k=options.k,
-                margin=options.margin,
-                hedge=options.hedge,
-                prefetch=options.prefetch,
+                options=options,
                 progress=BarProgress(bar),
             )
     else:
@@ -132,18 +129,11 @@ def coverage(
             options = _host_of(options)
         job = SimulationJob(
             squad_file=squad,
-            budget_tokens=options.budget_tokens,
+            options=options,
             traffic=traffic,
             index_dir=index_dir,
             dense=dense,
             cache_dir=cache_dir,
-            k=options.k,
-            margin=options.margin,
-            hedge=options.hedge,
-            prefetch=options.prefetch,
-            kv_cache_tokens=options.kv_cache_tokens,
-            max_model_len=options.max_model_len,
-            concurrency=options.concurrency,
         )
         with bar:
             report = run_simulations(job, options.seeds, BarProgress(bar))
@@ -157,11 +147,6 @@ def _host_of(options: CoverageOptions) -> CoverageOptions:
     """`--server`: the modelled host's KV-cache tokens and max_model_len read from it."""
     from residency.vllm_client import VllmClient
 
-    if options.kv_cache_tokens is not None or options.max_model_len is not None:
-        raise ConfigError(
-            f"--server {options.server} describes the host: drop --kv-cache-tokens and "
-            "--max-model-len"
-        )
     assert options.server is not None
     with VllmClient(options.server, flag="--server") as client:
         length = client.models()[0].max_model_len

@@ -4,7 +4,7 @@ built from these fields without importing the simulation."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from residency.eval.defaults import (
     DEFAULT_EVAL_SIZE,
@@ -93,7 +93,7 @@ class CoverageOptions(BaseModel):
         "each row's mean and sd.",
     )
     k: int = Field(
-        default=DEFAULT_K, ge=0, le=100, description="Long-tail chunks added per question."
+        default=DEFAULT_K, ge=1, le=100, description="Long-tail chunks added per question."
     )
     margin: int = Field(
         default=DEFAULT_MARGIN,
@@ -113,3 +113,18 @@ class CoverageOptions(BaseModel):
         le=1000,
         description="Chunks ranked per question before routing.",
     )
+
+    @model_validator(mode="after")
+    def _together(self) -> CoverageOptions:
+        if self.prefetch < self.k:
+            raise ValueError(
+                f"--prefetch {self.prefetch} is below --k {self.k}: rank at least k chunks"
+            )
+        if self.server is not None and (self.kv_cache_tokens or self.max_model_len):
+            raise ValueError(
+                f"--server {self.server} describes the host: drop --kv-cache-tokens and "
+                "--max-model-len"
+            )
+        if (self.kv_cache_tokens is None) != (self.max_model_len is None):
+            raise ValueError("--kv-cache-tokens and --max-model-len describe the host together")
+        return self

@@ -27,8 +27,8 @@ from residency.eval.coverage import (
     StrategyResult,
     evaluate_coverage,
 )
-from residency.eval.coverage_options import TrafficOptions
-from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PREFETCH
+from residency.eval.coverage_options import CoverageOptions, TrafficOptions
+from residency.eval.defaults import COVERAGE_CACHE
 from residency.eval.questions import load_questions
 from residency.eval.seeds import RANDOM_DRAWS, across_seeds, mean_row
 from residency.eval.traffic import simulate_traffic
@@ -41,25 +41,12 @@ from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import CapacitySnapshot, LogSummary, Strategy, read_plan
 from residency.planning.run import CACHE_DIR, DATA_ROOT, index_closeness
 from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
 
 SIM_BLOCK_SIZE = 16
 # Comparison rows after the RAG-only baselines, in table order.
 PLANNED: tuple[Strategy, ...] = ("cag", "random", "frequency", "density", "planner")
 STRATEGIES: tuple[Strategy, ...] = ("rag", *PLANNED)
-
-
-def check_routing(k: int, margin: int, hedge: int, prefetch: int) -> None:
-    """Raise `ConfigError` for routing flags out of range."""
-    if k < 1:
-        raise ConfigError(f"--k {k}: must be at least 1 chunk")
-    if margin < 0:
-        raise ConfigError(f"--margin {margin}: must be >= 0")
-    if hedge < 0:
-        raise ConfigError(f"--hedge {hedge}: must be >= 0 chunks")
-    if prefetch < k:
-        raise ConfigError(f"--prefetch {prefetch} is below --k {k}: rank at least k chunks")
 
 
 def _tokenizer_for_plan(
@@ -85,14 +72,12 @@ def evaluate_plan_file(
     *,
     index_dir: Path | None = None,
     tokenizer_dir: Path | None = None,
-    k: int = DEFAULT_K,
-    margin: int = DEFAULT_MARGIN,
-    hedge: int = DEFAULT_HEDGE,
-    prefetch: int = DEFAULT_PREFETCH,
+    options: CoverageOptions | None = None,
     progress: BuildProgress | None = None,
 ) -> CoverageReport:
-    """Coverage of one plan.json on a questions file, against the index it was made from."""
-    check_routing(k, margin, hedge, prefetch)
+    """Coverage of one plan.json on a questions file, against the index it was made from,
+    routed with `options` (k, margin, hedge, prefetch; default: the router's)."""
+    route = options or CoverageOptions()
     if not plan_path.is_file():
         raise ConfigError(f"--plan {plan_path}: no such file")
     if not questions_path.is_file():
@@ -122,12 +107,12 @@ def evaluate_plan_file(
     return evaluate_coverage(
         index,
         questions,
-        [ResidentSet.from_plan(plan, k)],
+        [ResidentSet.from_plan(plan, route.k)],
         encoder,
         source=str(questions_path),
-        margin=margin,
-        hedge=hedge,
-        prefetch=prefetch,
+        margin=route.margin,
+        hedge=route.hedge,
+        prefetch=route.prefetch,
         notes=notes,
         progress=progress.advance if progress else None,
     )
@@ -138,22 +123,16 @@ class SimulationJob:
     """What the simulated comparison was asked."""
 
     squad_file: Path
-    budget_tokens: int
+    # Budget, routing and the modelled host (--kv-cache-tokens, --max-model-len, --concurrency:
+    # adds the rows 'single-prefix', one prefix of the host's window, and 'residency', prefixes
+    # as served), validated together.
+    options: CoverageOptions = field(default_factory=CoverageOptions)
     traffic: TrafficOptions = field(default_factory=TrafficOptions)
     index_dir: Path | None = None
     dense: bool = False
-    k: int = DEFAULT_K
-    margin: int = DEFAULT_MARGIN
-    hedge: int = DEFAULT_HEDGE
-    prefetch: int = DEFAULT_PREFETCH
     depth: int = DEFAULT_DEPTH
     prior_weight: float = DEFAULT_PRIOR_WEIGHT
     cache_dir: Path = COVERAGE_CACHE
-    # A modelled host (--kv-cache-tokens, --max-model-len, --concurrency): adds the rows
-    # 'single-prefix' (one prefix of the host's window) and 'residency' (prefixes as served).
-    kv_cache_tokens: int | None = None
-    max_model_len: int | None = None
-    concurrency: int = 1
 
 
 def host_capacity(kv_cache_tokens: int, max_model_len: int, concurrency: int) -> CapacitySnapshot:
@@ -236,9 +215,7 @@ def squad_index(
 
 def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageReport:
     """Import, index, simulate traffic, plan every strategy at one budget, evaluate side by side."""
-    if job.budget_tokens <= 0:
-        raise ConfigError(f"--budget {job.budget_tokens}: the resident budget must be > 0 tokens")
-    check_routing(job.k, job.margin, job.hedge, job.prefetch)
+    opts = job.options
     corpus = squad_corpus(job.squad_file, job.cache_dir)
     tokenizer_dir = ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models")
     default_dir = corpus.parent / ("index-dense" if job.dense else "index-bm25")
@@ -251,7 +228,7 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
     mass = log_mass(index, traffic.log, job.depth)
     progress.advance(1)
     encoder = LocalTokenizer(tokenizer_dir)
-    capacity = simulation_capacity(job.budget_tokens)
+    capacity = simulation_capacity(opts.budget_tokens)
     summary = LogSummary(
         path=None,
         entries=len(traffic.log),
@@ -259,10 +236,8 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         skipped=0,
     )
     host = None
-    if job.kv_cache_tokens is not None or job.max_model_len is not None:
-        if job.kv_cache_tokens is None or job.max_model_len is None:
-            raise ConfigError("--kv-cache-tokens and --max-model-len describe the host together")
-        host = host_capacity(job.kv_cache_tokens, job.max_model_len, job.concurrency)
+    if opts.kv_cache_tokens is not None and opts.max_model_len is not None:
+        host = host_capacity(opts.kv_cache_tokens, opts.max_model_len, opts.concurrency)
     progress.start("planning", len(STRATEGIES))
     plans = {}
     for strategy in STRATEGIES:
@@ -275,11 +250,11 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         )
         plans[strategy] = build_plan(index, mass, capacity, encoder, options)
         progress.advance(1)
-    rag_ks = sorted({*RAG_BASELINE_KS, job.k})  # RAG at the router's k too: equal k
+    rag_ks = sorted({*RAG_BASELINE_KS, opts.k})  # RAG at the router's k too: equal k
     rows = [ResidentSet.from_plan(plans["rag"], k) for k in rag_ks]
     for s in PLANNED:
         if s != "random":
-            rows.append(ResidentSet.from_plan(plans[s], job.k))
+            rows.append(ResidentSet.from_plan(plans[s], opts.k))
             continue
         for draw in range(RANDOM_DRAWS):  # random residency: the mean of several draws
             options = PlanOptions(
@@ -290,11 +265,11 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
                 log_summary=summary,
             )
             drawn = build_plan(index, mass, capacity, encoder, options)
-            rows.append(ResidentSet.from_plan(drawn, job.k, name=f"random#{draw}"))
+            rows.append(ResidentSet.from_plan(drawn, opts.k, name=f"random#{draw}"))
     if host is not None:
         options = PlanOptions(depth=job.depth, prior_weight=job.prior_weight, log_summary=summary)
         single = build_plan(index, mass, host, encoder, options)
-        rows.append(ResidentSet.from_plan(single, job.k, name="single-prefix"))
+        rows.append(ResidentSet.from_plan(single, opts.k, name="single-prefix"))
         memo: dict[str, list[str]] = {}
 
         def search(query: str, n: int) -> list[str]:
@@ -304,7 +279,7 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
 
         affinity = merge_affinity(co_asked(traffic.log, search, job.depth), index_closeness(index))
         served = build_prefix_plan(index, mass, affinity, host, encoder, options)
-        rows.append(ResidentSet.from_plan(served, job.k, name="residency"))
+        rows.append(ResidentSet.from_plan(served, opts.k, name="residency"))
     retrieval = "hybrid (dense + BM25)" if job.dense else "BM25-only (pass --dense for hybrid)"
     notes = [
         f"index {'reused' if reused else 'built'}: {index.directory}; retrieval {retrieval}",
@@ -319,10 +294,10 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         rows,
         encoder,
         source=f"simulated from {job.squad_file}",
-        margin=job.margin,
-        hedge=job.hedge,
-        prefetch=job.prefetch,
-        budget_tokens=job.budget_tokens,
+        margin=opts.margin,
+        hedge=opts.hedge,
+        prefetch=opts.prefetch,
+        budget_tokens=opts.budget_tokens,
         simulation=traffic.stats,
         notes=notes,
         progress=progress.advance,
