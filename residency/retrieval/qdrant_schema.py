@@ -53,19 +53,22 @@ class QdrantOptions(BaseModel):
     location: str = Field(
         min_length=1,
         max_length=4096,
-        description="--qdrant: http(s)://host:port of a server, or a local directory "
-        "(qdrant-client's embedded mode), or ':memory:'.",
+        description="--qdrant: where the collection is: a Qdrant server's URL "
+        "(http://host:6333), a local directory (qdrant-client's embedded mode, one process at a "
+        "time) or ':memory:'.",
     )
     collection: str | None = Field(
         default=None,
         max_length=255,
-        description="--collection (default: the index directory's name).",
+        description="--collection: the collection's name (default: the index directory's).",
     )
-    api_key: str | None = Field(default=None, description="--qdrant-api-key (servers only).")
+    api_key: str | None = Field(
+        default=None, description="--qdrant-api-key: the Qdrant server's API key."
+    )
     fusion: Fusion = Field(
         default="rrf",
-        description="--qdrant-fusion: rrf (residency's weighted RRF, the same ranking as "
-        "in-process) or qdrant-rrf (the server fuses; its formula differs, see qdrant.py).",
+        description="--qdrant-fusion: who fuses the two paths: rrf, residency's weighted RRF "
+        "(the same ranking as in process), or qdrant-rrf, the server (its formula differs).",
     )
     prefetch: int = Field(default=40, ge=1, le=1000, description="Candidates per path.")
     timeout_s: int = Field(default=30, ge=1, le=3600, description="Request timeout (seconds).")

@@ -46,7 +46,7 @@ class AnswerEvalOptions(BaseModel):
         default=None,
         max_length=4096,
         description="OpenAI-compatible URL of an LLM judge (may be --generator's); without it "
-        "the reference scorer (token F1 + abstention) grades alone.",
+        "the reference scorer (token F1, key facts, abstention) grades alone.",
     )
     judge_model: str | None = Field(
         default=None,
