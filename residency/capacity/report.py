@@ -143,7 +143,8 @@ def _settings(req: CapacityRequest, **overrides: object) -> CacheSettings:
     """The request's cache flags with the AVX512-BF16 answer resolved and `overrides` applied
     (what a running server says it uses)."""
     data = req.cache.model_dump()
-    data.update(cpu_avx512_bf16=_resolve_cpu_avx512_bf16(req)[0], **overrides)
+    data["cpu_avx512_bf16"] = _resolve_cpu_avx512_bf16(req)[0]
+    data.update(overrides)
     return CacheSettings.model_validate(data)
 
 
