@@ -95,6 +95,10 @@ def test_an_empty_corpus_is_an_error(tmp_path: Path) -> None:
     assert "blank.md: empty file" in out.stderr
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("sig", "stale_left"),
     [
@@ -117,6 +121,9 @@ def test_a_killed_build_keeps_the_old_index(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A shell's background job starts with SIGINT ignored, and Python keeps an ignored
+        # SIGINT ignored: give the CLI the disposition a terminal gives it.
+        preexec_fn=_default_sigint,
     )
     deadline = time.monotonic() + 60
     while not build_dirs(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
