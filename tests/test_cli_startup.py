@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,24 @@ def test_a_lazy_package_refuses_a_name_it_does_not_list() -> None:
     module = importlib.import_module("residency.index")
     with pytest.raises(AttributeError, match=r"residency\.index.*no_such_name"):
         _ = module.no_such_name
+
+
+@pytest.mark.parametrize("args", [(), ("plan",), ("eval", "coverage"), ("serve",)], ids=str)
+def test_a_console_run_loads_less_and_prints_the_same_help(args: tuple[str, ...]) -> None:
+    """`residency --help` reads the commands' help from their sources and `residency CMD` loads
+    only CMD's module: the help printed is the fully registered CLI's, byte for byte."""
+    env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(REPO_ROOT)}
+    fast = subprocess.run(
+        [sys.executable, "-m", "residency", *args, "--help"],
+        capture_output=True, text=True, env=env, cwd=REPO_ROOT, check=True,
+    )  # fmt: skip
+    script = (
+        "import sys; sys.argv = ['not-the-cli', *sys.argv[1:]]; "
+        "from residency.cli import main; main()"
+    )
+    full = subprocess.run(
+        [sys.executable, "-c", script, *args, "--help"],
+        capture_output=True, text=True, env=env, cwd=REPO_ROOT, check=False,
+    )  # fmt: skip
+    assert full.returncode == 0, full.stderr
+    assert fast.stdout == full.stdout

@@ -6,6 +6,7 @@ Imported by nothing but `residency.__main__`. May import: everything.
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 from typing import NoReturn
 
 import typer
@@ -27,31 +28,73 @@ app = typer.Typer(
 _err = Console(stderr=True, soft_wrap=True)
 
 
-def _register() -> None:
-    from residency.cli import bench as bench_cli
-    from residency.cli import corpus as corpus_cli
-    from residency.cli import demo as demo_cli
-    from residency.cli import eval as eval_cli
-    from residency.cli import index as index_cli
-    from residency.cli import model as model_cli
-    from residency.cli import plan, profiles
-    from residency.cli import serve as serve_cli
-    from residency.cli import warm as warm_cli
+_COMMANDS = (
+    "plan", "profiles", "index", "eval", "corpus", "model", "warm", "serve", "bench", "demo",
+)  # fmt: skip
 
-    app.command("plan")(plan.plan)
-    app.command("profiles")(profiles.profiles)
-    app.command("index")(index_cli.index)
-    app.add_typer(eval_cli.app, name="eval")
-    app.add_typer(corpus_cli.app, name="corpus")
-    app.add_typer(model_cli.app, name="model")
-    app.command("warm")(warm_cli.warm)
-    app.command("serve")(serve_cli.serve)
-    app.command("bench")(bench_cli.bench)
-    app.command("demo")(demo_cli.demo)
+
+_GROUPS = frozenset({"eval", "corpus", "model"})
+
+
+def _register(only: str | None = None) -> None:
+    """Register every command, or only `only` (and a hidden placeholder that keeps `residency`
+    a group): `residency plan ...` then imports the plan command's module and not the others'."""
+    import importlib
+
+    def load(name: str) -> ModuleType:
+        return importlib.import_module(f"residency.cli.{name}")
+
+    wanted = [only] if only else list(_COMMANDS)
+    for name in wanted:
+        module = load(name)
+        if name in _GROUPS:
+            app.add_typer(module.app, name=name)
+        else:
+            app.command(name)(getattr(module, name))
+    if only:
+        app.command("_", hidden=True)(lambda: None)
     use_readable_help(app)
 
 
-_register()
+def _register_summaries() -> None:
+    """`residency --help` alone: each command as a stub carrying its own help, read from its
+    module's source (the command's docstring, a group's `Typer(help=...)`) without importing it."""
+    import ast
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    # typer lists commands before groups: the same order here
+    for name in sorted(_COMMANDS, key=lambda n: n in _GROUPS):
+        summary = ""
+        for node in ast.parse((here / f"{name}.py").read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name == name:
+                summary = ast.get_docstring(node) or ""
+            elif (
+                isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "app" for t in node.targets)
+                and isinstance(node.value, ast.Call)
+            ):
+                helps = [k.value for k in node.value.keywords if k.arg == "help"]
+                summary = str(ast.literal_eval(helps[0])) if helps else ""
+        app.command(name, help=summary)(lambda: None)
+    use_readable_help(app)
+
+
+def _invoked(argv: list[str]) -> tuple[bool, str | None]:
+    """(ran as the CLI, the command it names): `residency plan ...` or `python -m residency
+    plan ...`; (False, None) in any other process (tests, library use: every command is
+    registered)."""
+    program = argv[0] if argv else ""
+    ran_as_cli = program.endswith(("residency", "residency/__main__.py"))
+    named = argv[1] if ran_as_cli and len(argv) > 1 and argv[1] in _COMMANDS else None
+    return ran_as_cli, named
+
+
+_ran_as_cli, _command = _invoked(sys.argv)
+if _ran_as_cli and sys.argv[1:] in ([], ["--help"]):
+    _register_summaries()
+else:
+    _register(_command)
 
 
 def main() -> None:
