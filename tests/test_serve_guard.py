@@ -421,3 +421,48 @@ def test_a_stream_whose_done_was_sent_is_logged_ok_when_the_client_hangs_up(
         upstream.terminate()
         upstream.wait(10)
     assert (record["outcome"], record["status_code"]) == ("ok", 200)
+
+
+def test_an_upstream_late_to_health_probes_leaves_rotation_only_after_three_in_a_row(
+    offline_plan: Path, tmp_path: Path
+) -> None:
+    """vLLM answers /health from the loop that streams every token: on a loaded host one probe
+    answered late is a busy server, not a dead one (the CI failure of 2026-12-05: a healthy
+    upstream left rotation while it streamed two answers, and the next request got a 503)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    flag = tmp_path / "slow"
+    script = Path(__file__).parent / "slow_health_upstream.py"
+    upstream = subprocess.Popen([sys.executable, str(script), str(port), str(flag)])
+
+    def usable() -> int:
+        health = httpx.get(f"{proc.base_url}/health", timeout=10).json()
+        return int(health["upstreams_usable"])
+
+    try:
+        args = ("--no-warm", "--retriever", "bm25", "--health-interval", "0.5")
+        with RouterProcess(offline_plan, [f"http://127.0.0.1:{port}"], tmp_path, args) as proc:
+            assert usable() == 1
+            flag.touch()
+            slow_since = time.monotonic()
+            while time.monotonic() - slow_since < 9.0:  # at most one probe timed out by then
+                assert usable() == 1, proc.log_tail()
+                time.sleep(0.25)
+            while usable() == 1:
+                assert time.monotonic() - slow_since < 30, proc.log_tail()
+                time.sleep(0.25)
+            assert time.monotonic() - slow_since >= 3 * 5.0  # three 5 s probes, in a row
+            flag.unlink()
+            back_by = time.monotonic() + 15
+            while usable() == 0:
+                assert time.monotonic() < back_by, proc.log_tail()
+                time.sleep(0.25)
+            log = proc.log_text()
+    finally:
+        upstream.terminate()
+        upstream.wait(10)
+    assert "answered no health probe in 5 s (1 of 3)" in log
+    assert "answered no health probe in 5 s (2 of 3)" in log
+    assert log.count("is down") == 1  # left once
+    assert log.count("is up") == 2  # joined, re-joined

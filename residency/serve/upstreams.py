@@ -11,10 +11,17 @@ from dataclasses import dataclass, field
 
 from residency.serve.telemetry import RouterMetrics
 from residency.vllm_client import AsyncVllmClient, Session
+from residency.vllm_client.async_client import Probe
 
 log = logging.getLogger("residency.serve")
 
 JoinHook = Callable[["Upstream"], Awaitable[bool]]
+
+# Consecutive probes without an answer before a serving upstream leaves rotation (Envoy's
+# `unhealthy_threshold`). vLLM's API server answers /health from the event loop that also streams
+# every token, so on a loaded host a busy server answers one probe late: slow is not down. A
+# refused or reset connection, or a status other than 200, takes it out at once.
+SLOW_PROBES_DOWN = 3
 
 
 @dataclass(slots=True)
@@ -28,6 +35,7 @@ class Upstream:
     model: str | None = None
     excluded: str | None = None  # why it is out of rotation for good (e.g. another model)
     served: int = field(default=0)
+    slow_probes: int = 0  # consecutive health probes that timed out
 
     @property
     def url(self) -> str:
@@ -94,7 +102,13 @@ class UpstreamPool:
         """Probe /health; a server that comes (back) up re-joins: model read, then warmed."""
         if up.position in self._joining:
             return
-        ok = await up.client.health(timeout_s=5.0)
+        probe = await up.client.probe(timeout_s=5.0)
+        up.slow_probes = up.slow_probes + 1 if probe is Probe.SLOW else 0
+        if probe is Probe.SLOW and up.healthy and up.slow_probes < SLOW_PROBES_DOWN:
+            log.info("upstream %s (%s) answered no health probe in 5 s (%d of %d)",
+                     up.label, up.url, up.slow_probes, SLOW_PROBES_DOWN)  # fmt: skip
+            return
+        ok = probe is Probe.UP
         if ok and not up.healthy:
             self._joining.add(up.position)
             try:

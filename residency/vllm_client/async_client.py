@@ -16,6 +16,7 @@ the other calls answer False / None, or raise `UpstreamError`.
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,6 +28,14 @@ from residency.vllm_client import endpoints
 from residency.vllm_client.wire import RawAnswer, status_error
 
 Session = aiohttp.ClientSession  # the connection pool the async clients share (`open_session`)
+
+
+class Probe(enum.Enum):
+    """What one `/health` probe found."""
+
+    UP = "up"
+    SLOW = "slow"  # no answer within the probe's timeout
+    DOWN = "down"
 
 
 class TransportError(Exception):
@@ -121,15 +130,18 @@ class AsyncVllmClient:
         """The full URL of `path` on this server."""
         return self.base_url + path
 
-    async def health(self, timeout_s: float = 5.0) -> bool:
-        """True when `/health` answers 200."""
+    async def probe(self, timeout_s: float = 5.0) -> Probe:
+        """`/health` once: `UP` on 200, `SLOW` when no answer came within `timeout_s` (a busy
+        server on a loaded host answers late), `DOWN` when refused, reset or not 200."""
         try:
             async with self._session.get(
                 self.url(endpoints.HEALTH), headers=self._headers, timeout=_total(timeout_s)
             ) as response:
-                return response.status == 200
-        except (TimeoutError, aiohttp.ClientError):
-            return False
+                return Probe.UP if response.status == 200 else Probe.DOWN
+        except TimeoutError:
+            return Probe.SLOW
+        except aiohttp.ClientError:
+            return Probe.DOWN
 
     async def models_answer(self, timeout_s: float = 10.0) -> RawAnswer:
         """`/v1/models` as it came; no answer raises `TransportError` (the caller marks the

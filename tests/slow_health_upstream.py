@@ -1,0 +1,47 @@
+"""A stand-in upstream whose /health answers late while a flag file exists: a vLLM server too
+busy to answer a health probe in time. Tests only
+(`python tests/slow_health_upstream.py PORT FLAG_FILE`); answers /health and /v1/models, nothing
+else."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+LATE_S = 30.0  # far beyond the router's 5 s probe timeout
+MODELS = b'{"object": "list", "data": [{"id": "slow-health", "object": "model"}]}'
+
+
+def _plain(body: bytes, status: bytes = b"200 OK") -> bytes:
+    head = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    return head % (status, len(body)) + body
+
+
+async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flag: Path) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            path = head.split(b"\r\n")[0].split(b" ")[1]
+            if path == b"/health":
+                if flag.exists():
+                    await asyncio.sleep(LATE_S)
+                writer.write(_plain(b""))
+            elif path == b"/v1/models":
+                writer.write(_plain(MODELS))
+            else:
+                writer.write(_plain(b'{"error": "not found"}', b"404 Not Found"))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    writer.close()
+
+
+async def main(port: int, flag: Path) -> None:
+    server = await asyncio.start_server(lambda r, w: _serve(r, w, flag), "127.0.0.1", port)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]), Path(sys.argv[2])))
