@@ -4,7 +4,13 @@ the KV cache minus the headroom that concurrent requests' own tokens need.
     window        = max_model_len - per-request reserve          (one prefix + its request)
     headroom      = concurrency x round_up(per-request reserve, block)
     prefix i      : tokens_i <= window
-    all prefixes  : sum_i round_up(tokens_i, block) <= kv_cache_tokens - headroom
+    all prefixes  : sum_i round_up(tokens_i, block) - (N - 1) x shared <= kv_cache_tokens - headroom
+
+`shared` is the KV every prefix has in common: the whole blocks of a shared head (the same
+leading tokens in every prefix). vLLM's prefix cache is a chain of block hashes, each block's
+hash covering every token before it (vllm/v1/core/kv_cache_utils.py `hash_block_tokens`), so
+prefixes that start with the same blocks reuse one cached copy of them
+(`BlockPool.get_cached_block`): the head costs its blocks once, each prefix only its own rest.
 
 Worked example of the token rule (the KV tokens of the README's RTX 4070 host): kv_cache_tokens
 132,021, block 528, window 32,768 - 3,392 = 29,376 -> aligned 29,040; headroom 1 x 3,696 = 3,696
@@ -105,19 +111,26 @@ class PrefixBudgets:
     headroom_tokens: int  # KV tokens the requests' own tokens need (--concurrency)
     pool_blocks: tuple[int, ...] = ()  # hybrid pool: blocks per prefix (empty: token rule)
     headroom_blocks: int = 0  # hybrid pool: blocks kept for --concurrency requests
+    shared_tokens: int = 0  # whole blocks every prefix starts with, cached once
 
     @property
     def resident_kv_tokens(self) -> int:
-        """Upper bound of what the prefixes hold (the budgets, whole blocks each)."""
-        return sum(self.budgets_tokens)
+        """Upper bound of what the prefixes hold (the budgets, whole blocks each, the shared
+        head once)."""
+        return sum(self.budgets_tokens) - (len(self.budgets_tokens) - 1) * self.shared_tokens
 
 
-def max_prefixes(kv_cache_tokens: int, window_tokens: int, headroom_tokens: int) -> int:
-    """How many prefixes of at most one window fit beside the headroom (the last may be short)."""
+def max_prefixes(
+    kv_cache_tokens: int, window_tokens: int, headroom_tokens: int, shared_tokens: int = 0
+) -> int:
+    """How many prefixes of at most one window fit beside the headroom (the last may be short);
+    every prefix after the first costs its window less the `shared_tokens` all of them share."""
     room = kv_cache_tokens - headroom_tokens
     if room <= 0 or window_tokens <= 0:
         return 0
-    return -(-room // window_tokens)
+    if room <= window_tokens:
+        return 1
+    return 1 + -(-(room - window_tokens) // max(window_tokens - shared_tokens, 1))
 
 
 def split_budgets(
@@ -127,20 +140,26 @@ def split_budgets(
     window_tokens: int,
     headroom_tokens: int,
     block_size: int,
+    shared_tokens: int = 0,
 ) -> PrefixBudgets:
     """`count` prefix budgets: full windows (whole blocks) while the KV room lasts, the rest last.
 
-    `window_tokens` is the single-prefix budget (already aligned for hybrid models). Raises
+    `window_tokens` is the single-prefix budget (already aligned for hybrid models);
+    `shared_tokens` (whole blocks) lead every prefix and are cached once: each prefix after the
+    first costs that much less, and must hold at least one block of its own beyond them. Raises
     `InfeasiblePlanError` when the KV cache minus the headroom cannot give every prefix a block.
     """
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
+    if shared_tokens % block_size or shared_tokens < 0:
+        raise ValueError(f"shared_tokens must be whole blocks of {block_size}, got {shared_tokens}")
     room = kv_cache_tokens - headroom_tokens
     budgets: list[int] = []
-    for _ in range(count):
-        budget = min(window_tokens, room // block_size * block_size)
-        if budget < block_size:
-            most = max_prefixes(kv_cache_tokens, window_tokens, headroom_tokens)
+    for n in range(count):
+        reused = shared_tokens if n else 0
+        budget = min(window_tokens, (room + reused) // block_size * block_size)
+        if budget < block_size + (shared_tokens if count > 1 else 0):
+            most = max_prefixes(kv_cache_tokens, window_tokens, headroom_tokens, shared_tokens)
             raise InfeasiblePlanError(
                 f"--prefixes {count}: {kv_cache_tokens:,} KV-cache tokens minus "
                 f"{headroom_tokens:,} kept for concurrent requests hold at most {most} "
@@ -148,8 +167,11 @@ def split_budgets(
                 "--concurrency, or raise the KV cache (--gpu-memory-utilization)"
             )
         budgets.append(budget)
-        room -= round_up(budget, block_size)
-    return PrefixBudgets(tuple(budgets), kv_cache_tokens, window_tokens, headroom_tokens)
+        room -= round_up(budget, block_size) - reused
+    return PrefixBudgets(
+        tuple(budgets), kv_cache_tokens, window_tokens, headroom_tokens,
+        shared_tokens=shared_tokens if count > 1 else 0,
+    )  # fmt: skip
 
 
 def concurrency_left(

@@ -68,11 +68,23 @@ def decide_route(
     return RouteDecision("long_tail", tuple(long_tail[:k]), top)
 
 
+def routing_map(prefix_chunks: Mapping[str, Collection[str]]) -> dict[str, str]:
+    """Chunk id -> the one prefix that holds it. A chunk of the shared head is in every prefix
+    and says nothing about where a question belongs: it routes nowhere (with one prefix, every
+    chunk routes to it)."""
+    holders: dict[str, list[str]] = {}
+    for prefix, chunks in prefix_chunks.items():
+        for chunk in chunks:
+            holders.setdefault(chunk, []).append(prefix)
+    return {c: ps[0] for c, ps in holders.items() if len(ps) == 1}
+
+
 def choose_prefix(
     hits: Sequence[ChunkHit], prefix_of_chunk: Mapping[str, str], default: str
 ) -> str:
-    """The prefix that holds the best-ranked resident chunk of the fused ranking; `default`
-    (the busiest prefix) when no hit is resident anywhere. With one prefix it is always that."""
+    """The prefix that holds the best-ranked routed chunk of the fused ranking (`routing_map`:
+    shared-head chunks are skipped); `default` (the busiest prefix) when no hit is in any one
+    prefix. With one prefix it is always that."""
     for hit in hits:
         prefix = prefix_of_chunk.get(hit.id)
         if prefix is not None:

@@ -63,6 +63,29 @@ def test_split_budgets_rtx4070(count: int, budgets: tuple[int, ...]) -> None:
     assert max_prefixes(132_021, 29_040, 3_696) == 5
 
 
+def test_split_budgets_with_a_shared_head_rtx4070() -> None:
+    # The same host, a head of 36 blocks (19,008 tokens) in every prefix, cached once: the
+    # first prefix costs 29,040, each further one 29,040 - 19,008 = 10,032. Of 128,325 tokens of
+    # room, 99,285 are left after the first: nine more full windows (90,288), then 8,997 left,
+    # which with the head make 27,984 (53 blocks); 21 tokens remain.
+    split = split_budgets(
+        11,
+        kv_cache_tokens=132_021,
+        window_tokens=29_040,
+        headroom_tokens=3_696,
+        block_size=528,
+        shared_tokens=19_008,
+    )
+    assert split.budgets_tokens == (29_040,) * 10 + (27_984,)
+    assert split.resident_kv_tokens == 128_304 <= 132_021 - 3_696
+    assert max_prefixes(132_021, 29_040, 3_696, 19_008) == 11
+    with pytest.raises(InfeasiblePlanError, match=r"at most 11 prefix"):
+        split_budgets(
+            12, kv_cache_tokens=132_021, window_tokens=29_040, headroom_tokens=3_696,
+            block_size=528, shared_tokens=19_008,
+        )  # fmt: skip
+
+
 def test_too_many_prefixes_name_the_most_that_fit() -> None:
     with pytest.raises(InfeasiblePlanError, match=r"at most 5 prefix"):
         split_budgets(
@@ -172,7 +195,7 @@ def test_auto_count_uses_the_kv_cache_and_routes_per_question(
     single = build_plan(index, _mass(index), cap, enc, PlanOptions())
     assert single.coverage.resident_sections < single.coverage.total_sections  # window too small
     affinity = index_closeness(index)
-    plan = build_prefix_plan(index, _mass(index), affinity, cap, enc, PlanOptions())
+    plan = build_prefix_plan(index, _mass(index), affinity, cap, enc, PlanOptions(), None, 0)
     assert len(plan.prefixes) >= 2
     assert plan.coverage.resident_share > single.coverage.resident_share
     assert plan.arithmetic is not None
@@ -229,7 +252,8 @@ def test_coverage_of_several_prefixes_counts_only_the_routed_one(
     from residency.eval.questions import Question
 
     cap, enc = capacity(10_000, 300), LocalTokenizer(tokenizer_dir)
-    plan = build_prefix_plan(index, _mass(index), index_closeness(index), cap, enc, PlanOptions())
+    affinity = index_closeness(index)
+    plan = build_prefix_plan(index, _mass(index), affinity, cap, enc, PlanOptions(), None, 0)
     assert len(plan.prefixes) >= 2
     home = {s: p.id for p in plan.prefixes for s in p.section_ids}
     names = [n for n in TOPICS if f"manual#{n}" in home]
@@ -280,3 +304,53 @@ def test_hybrid_plans_count_prefixes_in_the_shared_block_pool(
     # The token rule on the same KV tokens would have allowed far more.
     dense = build_prefix_plan(index, _mass(index), {}, base, enc, PlanOptions(), prefixes=3)
     assert len(dense.prefixes) == 3
+
+
+def test_a_shared_head_leads_every_prefix_and_is_counted_once(
+    index: Index, tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    # A 420-token window; a head of 240 holds the instructions (155) and the most asked section.
+    cap, enc = capacity(10_000, 420), LocalTokenizer(tokenizer_dir)
+    affinity = index_closeness(index)
+    plan = build_prefix_plan(index, _mass(index), affinity, cap, enc, PlanOptions(), 3, 240)
+    a = plan.arithmetic
+    assert a is not None
+    assert len(plan.prefixes) == 3
+    assert a.shared_kv_tokens > 0
+    assert a.shared_kv_tokens % 16 == 0
+    ids = [enc.encode(p.prefix.text) for p in plan.prefixes]
+    assert all(x is not None for x in ids)
+    first = ids[0] or []
+    for other in ids[1:]:  # vLLM reuses these leading blocks: the same token ids in each
+        assert (other or [])[: a.shared_kv_tokens] == first[: a.shared_kv_tokens]
+    assert a.resident_kv_tokens == sum(-(-p.tokens // 16) * 16 for p in plan.prefixes) - (
+        2 * a.shared_kv_tokens
+    )
+    assert a.headroom_tokens == 10_000 - a.resident_kv_tokens
+    # The head's sections are in every prefix, in the same order; the rest in one prefix each.
+    sets = [set(p.section_ids) for p in plan.prefixes]
+    head = set.intersection(*sets)
+    assert "manual#alarm" in head  # the most asked section
+    rest = [s for p in plan.prefixes for s in p.section_ids if s not in head]
+    assert len(rest) == len(set(rest))
+    assert len({r.id for r in plan.resident}) == len(plan.resident)  # listed once in the plan
+    # The router routes by the sections a prefix holds alone; a head section routes nowhere, and
+    # every prefix shows it.
+    path = tmp_path / "plan.json"
+    write_plan(plan, path)
+    builder = ContextBuilder(
+        plan, index, ServeSettings(plan=path, upstreams=("http://x",), log=None, retriever="bm25")
+    )
+    alarm = builder.retrieve(TOPICS["alarm"][:20])
+    assert "警報" in builder.prefix_text(alarm.prefix_id)
+    for p in plan.prefixes:
+        for section in p.section_ids:
+            topic = section.split("#")[-1]
+            if section in head or topic not in TOPICS:
+                continue
+            assert builder.retrieve(TOPICS[topic][:20]).prefix_id == p.id, topic
+    # Without a head (--shared-tokens 0) no prefix shares a section.
+    disjoint = build_prefix_plan(index, _mass(index), affinity, cap, enc, PlanOptions(), 3, 0)
+    assert disjoint.arithmetic is not None
+    assert disjoint.arithmetic.shared_kv_tokens == 0
+    assert not set.intersection(*(set(p.section_ids) for p in disjoint.prefixes))

@@ -181,3 +181,34 @@ def test_watch_keeps_every_prefix_and_rewarms_each_after_a_reset(
     finally:
         watch.terminate()
         watch.wait(timeout=30)
+
+
+def test_the_shared_head_is_cached_once_for_every_prefix(
+    vllm_real_server: VllmServer, multi_plan: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The planner's own count with the default shared head: held whole, the prefixes would
+    need more than the whole KV cache; vLLM keeps every one of them cached at once because each
+    starts with the same head blocks, stored once."""
+    _, index_dir = multi_plan
+    out = tmp_path / "plan.json"
+    done = _cli(
+        "plan", "--server", vllm_real_server.base_url, "--platform", "cpu",
+        "--index", str(index_dir), "--log", str(EN_SAMPLE.queries), "-o", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plan = read_plan(out)
+    a, block = plan.arithmetic, plan.capacity.block_size
+    assert a is not None
+    assert a.shared_kv_tokens > 0
+    assert len(plan.prefixes) > PREFIXES
+    whole = sum(-(-p.tokens // block) * block for p in plan.prefixes)
+    assert whole > a.kv_cache_tokens  # could not all be cached without sharing the head
+    assert a.resident_kv_tokens == whole - (len(plan.prefixes) - 1) * a.shared_kv_tokens
+    assert a.resident_kv_tokens + a.headroom_tokens == a.kv_cache_tokens
+    done = _cli("warm", "--plan", str(out), "--server", vllm_real_server.base_url, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = orjson.loads(done.stdout)
+    assert len(report["prefixes"]) == len(plan.prefixes)
+    for entry in report["prefixes"]:  # probed after every prefix was warmed
+        assert entry["resident"] is True, entry
+        assert entry["cached_tokens"] >= entry["prefix_tokens"] - block, entry

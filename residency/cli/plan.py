@@ -177,6 +177,10 @@ def plan(
         int | None,
         option_from(PlanSettings, "prefixes", show_default=False, rich_help_panel=_PLAN),
     ] = default_of(PlanSettings, "prefixes"),
+    shared_tokens: Annotated[
+        int | None,
+        option_from(PlanSettings, "shared_tokens", show_default=False, rich_help_panel=_PLAN),
+    ] = default_of(PlanSettings, "shared_tokens"),
     tokenizer_dir: Annotated[
         Path | None,
         typer.Option(

@@ -33,7 +33,9 @@ def describe_arithmetic(plan: ResidencyPlan) -> str:
         return ""
     return (
         f"KV cache {a.kv_cache_tokens:,} tokens: {len(plan.all_prefixes())} prefix(es) hold "
-        f"{a.resident_kv_tokens:,} (whole blocks), headroom {a.headroom_tokens:,} = "
+        f"{a.resident_kv_tokens:,} (whole blocks"
+        + (f"; a shared head of {a.shared_kv_tokens:,} once" if a.shared_kv_tokens else "")
+        + f"), headroom {a.headroom_tokens:,} = "
         f"{a.concurrency_left} concurrent request(s) of {a.per_request_kv_tokens:,} tokens "
         f"(--concurrency {a.concurrency_requested}); prefix count {a.prefixes_chosen_by}, "
         f"window {a.window_tokens:,}"

@@ -65,6 +65,12 @@ class DemoReport(BaseModel):
     corpus_tokens: int | None = Field(
         default=None, ge=0, le=1_000_000_000, description="Tokens of all sections of the corpus."
     )
+    resident_corpus_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000_000,
+        description="Tokens of the sections resident in any prefix, each counted once.",
+    )
     servers: tuple[ProcessInfo, ...] = Field(
         max_length=16, description="Every server the demo started (process groups)."
     )

@@ -257,7 +257,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
         _, plan = run_plan(job)
         write_plan(plan, plan_path)
         corpus_tokens = sum(s.token_count for s in open_index(index_dir).sections)
-        resident_tokens = sum(p.tokens for p in plan.all_prefixes())
+        resident_tokens = plan.resident_tokens()
         detail.append(
             f"{len(plan.all_prefixes())} prefixes of up to "
             f"{plan.capacity.resident_budget_tokens:,} tokens hold "
@@ -341,6 +341,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
         "total_sections": plan.coverage.total_sections,
         "prefix_tokens_by_id": {p.id: p.tokens for p in plan.all_prefixes()},
         "corpus_tokens": corpus_tokens,
+        "resident_corpus_tokens": resident_tokens,
         "prefill": PrefillProbe(
             probes=rate.probes,
             per_token_s=rate.per_token_s,

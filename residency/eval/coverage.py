@@ -58,6 +58,7 @@ from residency.routing import (
     Route,
     choose_prefix,
     decide_route,
+    routing_map,
 )
 from residency.tokenizer import ModelTokenizer
 
@@ -232,7 +233,7 @@ def evaluate_resident_set(
     prompt costs (`question_tokens`: each query's tokens; none: the question counts 0)."""
     by_type: dict[str, list[Outcome]] = {}
     outcomes: list[Outcome] = []
-    prefix_of = {c: pid for pid, chunks in resident.prefix_chunks for c in chunks}
+    prefix_of = routing_map(dict(resident.prefix_chunks))
     per_prefix = dict(resident.prefix_chunks)
     size_of = dict(zip(per_prefix, resident.prefix_token_counts, strict=False))
     for q in questions:

@@ -202,11 +202,13 @@ def render_items(
     encoder: ModelTokenizer,
     align: int | None,
     budget: int,
+    lead: Sequence[PlanItem] = (),
 ) -> tuple[list[PlanItem], RenderedPrefix]:
-    """Render `chosen` in canonical order; drop the least dense free item while over budget."""
+    """Render `chosen` in canonical order after `lead` (the shared head, in its own order, never
+    dropped); drop the least dense free item while over budget."""
     chosen = list(chosen)
     while True:
-        ordered = sorted(
+        ordered = list(lead) + sorted(
             chosen, key=lambda i: (i.section.id not in pins, i.section.order, i.part or 0)
         )
         text = render_prefix(instructions, [render_item(i) for i in ordered], index.language)
@@ -214,13 +216,14 @@ def render_items(
         if rendered.token_count <= budget or not ordered:
             return ordered, rendered
         # Token counts of parts do not add up exactly (BPE): drop the least dense free item.
-        droppable = [i for i in ordered if i.section.id not in pins]
+        droppable = [i for i in chosen if i.section.id not in pins]
         if not droppable:
             raise InfeasiblePlanError(
                 f"pinned sections render to {rendered.token_count} tokens, over the budget of "
                 f"{budget}; unpin some (--pin) or raise the budget"
             )
-        chosen = [i for i in ordered if i is not min(droppable, key=lambda i: i.value / i.tokens)]
+        worst = min(droppable, key=lambda i: i.value / i.tokens)
+        chosen = [i for i in chosen if i is not worst]
 
 
 def resident_item(item: PlanItem, pins: set[str]) -> ResidentItem:

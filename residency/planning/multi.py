@@ -2,6 +2,16 @@
 the KV headroom, or --prefixes), which sections (the knapsack over all prefixes' room), grouped
 so that what is asked together sits together (`grouping`), each rendered and hashed on its own.
 
+Every prefix starts with the same **shared head**: the instructions and the sections most worth
+having in front of every question, rendered identically, so vLLM caches those blocks once
+(planner/prefixes.py) and a question routed to the wrong prefix still sees them. The router picks
+a prefix from a question's best-ranked hits, and on a question worded unlike anything logged the
+best hits can point to another prefix than the one holding its evidence: on JSQuAD (Zipf 1.1,
+BM25, modelled RTX 4070 host, seeds 0-4) one such question asked 195 times in 2,000 sent seed 2
+to 0.895 coverage with disjoint prefixes, below one prefix's 0.989. A head of two thirds of the
+window holds the traffic's head where every route sees it, and the rest of the KV cache holds
+the long tail in small routed branches. `--shared-tokens` sets the head (0: disjoint prefixes).
+
 `--prefixes 1` is the single-prefix plan of `build_plan`, unchanged, with its one prefix listed.
 """
 
@@ -34,6 +44,7 @@ from residency.planning.build import (
     check_ids,
     plan_items,
     prefix_info,
+    render_item,
     render_items,
     resident_item,
     section_scores,
@@ -48,7 +59,7 @@ from residency.planning.plan_model import (
     ResidencyPlan,
     single_prefix,
 )
-from residency.planning.prefix import render_prefix
+from residency.planning.prefix import RenderedPrefix, render_prefix
 from residency.tokenizer import ModelTokenizer
 
 
@@ -75,17 +86,71 @@ def _window(capacity: CapacitySnapshot) -> int:
     return window
 
 
-def max_prefix_count(capacity: CapacitySnapshot) -> int:
+def max_prefix_count(capacity: CapacitySnapshot, shared: int = 0) -> int:
     """How many prefixes of at most one window fit (the last may be short)."""
     window = _window(capacity)
     pooled = hybrid_pool(capacity)
     if pooled is not None:
         return max_pool_prefixes(pooled[0], window, pooled[1])
-    return max_prefixes(capacity.kv_cache_tokens, window, capacity.concurrency_reserve_tokens or 0)
+    reserve = capacity.concurrency_reserve_tokens or 0
+    return max_prefixes(capacity.kv_cache_tokens, window, reserve, shared)
 
 
-def prefix_budgets(capacity: CapacitySnapshot, count: int) -> PrefixBudgets:
-    """The token budgets of `count` prefixes on this capacity."""
+def _head(items: Sequence[PlanItem], pins: set[str], room: int) -> list[PlanItem]:
+    """The shared head: the knapsack's best items for `room` tokens (pins always in), in
+    canonical order."""
+    if room <= 0 and not pins:
+        return []
+    candidates = [Candidate(i.id, i.tokens, i.value, pinned=i.section.id in pins) for i in items]
+    keep = set(select_resident(candidates, max(room, 0)).resident_ids)
+    chosen = [i for i in items if i.id in keep]
+    return sorted(chosen, key=lambda i: (i.section.id not in pins, i.section.order, i.part or 0))
+
+
+# The default shared head: this share of the window (measured, see the module docstring and
+# docs/plan.md: on JSQuAD heads of 0, 4K ... 26K tokens of a 29K window were tried; 20K gave the
+# best mean over seeds 0-4 and the same on seeds 7-11).
+SHARED_HEAD_SHARE = 2 / 3
+# Tokens kept free at the seam between the head and a prefix's own sections: the blank line that
+# joins them may tokenize into the head's last token.
+SEAM_TOKENS = 2
+
+
+def default_shared_tokens(capacity: CapacitySnapshot) -> int:
+    """The shared head's size when --shared-tokens is not given: two thirds of the window,
+    none for hybrid models (their blocks are counted in one shared pool, not shared yet)."""
+    if capacity.is_hybrid:
+        return 0
+    return int(_window(capacity) * SHARED_HEAD_SHARE)
+
+
+def shared_kv_tokens(head_tokens: int, block: int) -> int:
+    """KV tokens of the head every prefix reuses: its whole blocks less one (the seam)."""
+    return max(head_tokens // block - 1, 0) * block
+
+
+def common_leading_tokens(texts: Sequence[str], encoder: ModelTokenizer) -> int:
+    """Leading tokens every text shares (token ids where the tokenizer gives them, else the
+    count of the common leading text less one)."""
+    if len(texts) < 2:
+        return encoder.count(texts[0]) if texts else 0
+    encoded = [encoder.encode(t) for t in texts]
+    ids = [x for x in encoded if x is not None]
+    if len(ids) == len(texts):
+        first, n = ids[0], min(len(x) for x in ids)
+        common = 0
+        while common < n and all(x[common] == first[common] for x in ids):
+            common += 1
+        return common
+    text = texts[0]
+    n = min(len(t) for t in texts)
+    end = next((i for i in range(n) if any(t[i] != text[i] for t in texts)), n)
+    return max(encoder.count(text[:end]) - 1, 0)
+
+
+def prefix_budgets(capacity: CapacitySnapshot, count: int, shared: int = 0) -> PrefixBudgets:
+    """The token budgets of `count` prefixes on this capacity (`shared`: whole-block KV tokens
+    every prefix starts with, cached once)."""
     block = capacity.block_size
     window = _window(capacity)
     pooled = hybrid_pool(capacity)
@@ -103,6 +168,7 @@ def prefix_budgets(capacity: CapacitySnapshot, count: int) -> PrefixBudgets:
         window_tokens=window,
         headroom_tokens=capacity.concurrency_reserve_tokens or 0,
         block_size=block,
+        shared_tokens=shared,
     )
 
 
@@ -128,8 +194,11 @@ def build_prefix_plan(
     encoder: ModelTokenizer,
     options: PlanOptions,
     prefixes: int | None = None,
+    shared_tokens: int | None = None,
 ) -> ResidencyPlan:
-    """The planner's plan over `prefixes` prefixes (None: the count with the best coverage)."""
+    """The planner's plan over `prefixes` prefixes (None: the count with the best coverage),
+    each starting with a shared head of about `shared_tokens` (None: two thirds of the window;
+    0: none)."""
     auto = prefixes is None
     if prefixes == 1 or options.strategy != "planner":
         if prefixes not in (None, 1):
@@ -151,41 +220,81 @@ def build_prefix_plan(
         if i.section.id not in options.excludes
     ]
     pins = set(options.pins)
+    block = capacity.block_size
+    target = default_shared_tokens(capacity) if shared_tokens is None else shared_tokens
+    if capacity.is_hybrid:
+        target = 0  # the pool rule counts every prefix whole (planner/prefixes.py)
+    head = _head(items, pins, min(target, window) - overhead) if target > 0 else []
+    head_ids = {i.id for i in head}
+    head_tokens = overhead
+    if head:
+        lang = index.language
+        head_text = render_prefix(instructions, [render_item(i) for i in head], lang)
+        head_tokens = encoder.count(head_text) + SEAM_TOKENS + ((align - 1) if align else 0)
+    shared = shared_kv_tokens(head_tokens, block) if head else 0
+    branch_items = [i for i in items if i.id not in head_ids]
+    if head and window - head_tokens > 0:  # sections split to fit a prefix's own room
+        in_head = {i.section.id for i in head}
+        branch_items = [
+            i
+            for i in plan_items(index, scores, encoder, window - head_tokens)
+            if i.section.id not in in_head and i.section.id not in options.excludes
+        ]
+    branch_pins = set() if head else pins
+    head_value = sum(i.value for i in head)
     if prefixes is None:
-        most = max_prefix_count(capacity)
+        most = max_prefix_count(capacity, shared)
         best = (-1.0, 1)
         for count in range(1, min(max(most, 1), MAX_PREFIXES) + 1):
             try:
-                budgets = prefix_budgets(capacity, count)
+                budgets = prefix_budgets(capacity, count, shared)
             except InfeasiblePlanError:
                 break
-            rooms = [b - overhead for b in budgets.budgets_tokens]
+            if count == 1:  # one prefix: the single-prefix plan (no head)
+                one = [b - overhead for b in budgets.budgets_tokens]
+                best = (_pack(items, one, affinity, pins).value, 1) if min(one) > 0 else best
+                continue
+            rooms = [b - head_tokens for b in budgets.budgets_tokens]
             if min(rooms) <= 0:
                 break
-            value = _pack(items, rooms, affinity, pins).value
+            value = head_value + _pack(branch_items, rooms, affinity, branch_pins).value
             if value > best[0] + 1e-9:  # a tie keeps fewer prefixes
                 best = (value, count)
         prefixes = best[1]
         if prefixes == 1:
             return _single(build_plan(index, mass, capacity, encoder, options), capacity, auto)
-    budgets = prefix_budgets(capacity, prefixes)
-    rooms = [b - overhead for b in budgets.budgets_tokens]
+    budgets = prefix_budgets(capacity, prefixes, shared)
+    rooms = [b - head_tokens for b in budgets.budgets_tokens]
     if min(rooms) <= 0:
         raise InfeasiblePlanError(
             f"--prefixes {prefixes}: the last prefix's budget of {budgets.budgets_tokens[-1]} "
-            f"tokens does not hold the instructions ({overhead} tokens); lower --prefixes"
+            f"tokens does not hold the instructions and the shared head ({head_tokens} tokens); "
+            "lower --prefixes or --shared-tokens"
         )
-    packing = _pack(items, rooms, affinity, pins)
-    by_id = {i.id: i for i in items}
-    rendered = []
+    packing = _pack(branch_items, rooms, affinity, branch_pins)
+    by_id = {i.id: i for i in [*items, *branch_items]}
+    rendered: list[tuple[list[PlanItem], RenderedPrefix]] = []
     for bin_ids, budget in zip(packing.bins, budgets.budgets_tokens, strict=True):
         chosen = [by_id[i] for i in bin_ids]
-        ordered, text = render_items(chosen, pins, instructions, index, encoder, align, budget)
+        ordered, text = render_items(
+            chosen, branch_pins, instructions, index, encoder, align, budget, lead=head
+        )
         rendered.append((ordered, text))
     # A prefix left empty (everything fit in fewer) holds nothing worth warming: dropped.
-    rendered = [r for r in rendered if r[0]] or rendered[:1]
+    rendered = [r for r in rendered if len(r[0]) > len(head)] or rendered[:1]
     rendered.sort(key=lambda r: -sum(i.value for i in r[0]))
-    total = sum(i.value for ordered, _ in rendered for i in ordered)
+    if head and len(rendered) > 1:
+        common = common_leading_tokens([text.text for _, text in rendered], encoder)
+        if common // block * block < shared:  # the seam margin should make this impossible
+            raise InfeasiblePlanError(
+                f"the prefixes share {common} leading tokens, fewer than the {shared} planned; "
+                "plan with --shared-tokens 0"
+            )
+    else:
+        shared = 0
+    total = head_value + sum(
+        i.value for ordered, _ in rendered for i in ordered if i.id not in head_ids
+    )
     plan_prefixes = [
         single_prefix(
             tuple(resident_item(i, pins) for i in ordered),
@@ -195,7 +304,8 @@ def build_prefix_plan(
         )
         for n, (ordered, text) in enumerate(rendered)
     ]
-    resident = tuple(r for p in plan_prefixes for r in p.resident)
+    # The head's items are in every prefix; the plan lists each item once.
+    resident = tuple({r.id: r for p in plan_prefixes for r in p.resident}.values())
     whole = {r.section_id for r in resident if r.id == r.section_id}
     first = plan_prefixes[0]
     plan = ResidencyPlan.model_validate(
@@ -219,7 +329,7 @@ def build_prefix_plan(
             ),
         )
     )
-    return _with_prefixes(plan, plan_prefixes, capacity, auto)
+    return _with_prefixes(plan, plan_prefixes, capacity, auto, shared)
 
 
 def _single(plan: ResidencyPlan, capacity: CapacitySnapshot, auto: bool) -> ResidencyPlan:
@@ -229,10 +339,14 @@ def _single(plan: ResidencyPlan, capacity: CapacitySnapshot, auto: bool) -> Resi
 
 
 def _with_prefixes(
-    plan: ResidencyPlan, prefixes: list[PlanPrefix], capacity: CapacitySnapshot, auto: bool
+    plan: ResidencyPlan,
+    prefixes: list[PlanPrefix],
+    capacity: CapacitySnapshot,
+    auto: bool,
+    shared: int = 0,
 ) -> ResidencyPlan:
     block = capacity.block_size
-    resident_kv = sum(round_up(p.tokens, block) for p in prefixes)
+    resident_kv = sum(round_up(p.tokens, block) for p in prefixes) - (len(prefixes) - 1) * shared
     headroom = capacity.kv_cache_tokens - resident_kv
     per_request = capacity.per_request_tokens or 0
     left = concurrency_left(capacity.kv_cache_tokens, resident_kv, per_request, block)
@@ -256,6 +370,7 @@ def _with_prefixes(
         concurrency_left=left,
         prefixes_chosen_by="auto" if auto else "forced",
         counting_rule=POOL_COUNTING_RULE if pooled is not None else COUNTING_RULE,
+        shared_kv_tokens=shared,
         **pool_fields,
     )
     return plan.model_copy(update={"prefixes": tuple(prefixes), "arithmetic": arithmetic})

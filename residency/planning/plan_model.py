@@ -34,6 +34,13 @@ class PlanSettings(BaseModel):
         "minus --concurrency requests' own tokens; 1: one prefix (the plan before several); "
         "default: the count with the best expected coverage (--strategy planner).",
     )
+    shared_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Tokens of the shared head every prefix starts with (cached once; the "
+        "sections worth seeing whichever prefix a question is routed to); 0: disjoint "
+        "prefixes; default: two thirds of the window (dense models; hybrid: 0).",
+    )
     seed: int = Field(default=0, description="Seed of the random baseline.")
 
 
@@ -190,6 +197,12 @@ class PrefixArithmetic(BaseModel):
     )
     headroom_tokens: int = Field(description="KV tokens left for the requests' own tokens.")
     per_request_kv_tokens: int = Field(ge=1, description="One request's own tokens, in blocks.")
+    shared_kv_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Leading tokens every prefix shares (the shared head, whole blocks), held "
+        "once in the KV cache and counted once in resident_kv_tokens.",
+    )
     concurrency_requested: int = Field(ge=1, description="--concurrency.")
     concurrency_left: int = Field(ge=0, description="Requests the headroom holds at once.")
     prefixes_chosen_by: Literal["auto", "forced"] = Field(description="--prefixes or the planner.")
@@ -249,6 +262,11 @@ class ResidencyPlan(BaseModel):
     def resident_chunk_ids(self) -> frozenset[str]:
         """Chunk ids inside any prefix (what routing treats as resident somewhere)."""
         return frozenset(c for item in self.resident for c in item.chunk_ids)
+
+    def resident_tokens(self) -> int:
+        """Tokens of the resident sections, each counted once (a shared head is in every
+        prefix's text but is corpus held once)."""
+        return sum(r.tokens for r in self.resident)
 
     def all_prefixes(self) -> tuple[PlanPrefix, ...]:
         """`prefixes`, or the one prefix of a plan written before there were several."""

@@ -219,6 +219,7 @@ def run_plan(
         encoder_for(job, index, sample),
         options,
         job.settings.prefixes,
+        job.settings.shared_tokens,
     )
     return report, plan
 

@@ -18,7 +18,7 @@ from residency.errors import ConfigError
 from residency.index import Index
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
-from residency.routing import ChunkHit, choose_prefix, decide_route
+from residency.routing import ChunkHit, choose_prefix, decide_route, routing_map
 from residency.serve.prompt import ContextBlock
 from residency.serve.pruner import Passage, PruneResult, prune
 from residency.serve.settings import RetrieverName, ServeSettings
@@ -81,7 +81,7 @@ class ContextBuilder:
             p.id: frozenset(c for item in p.resident for c in item.chunk_ids)
             for p in self.prefixes.values()
         }
-        self._prefix_of = {c: pid for pid, chunks in self._prefix_chunks.items() for c in chunks}
+        self._prefix_of = routing_map(self._prefix_chunks)
         self._chunks: dict[str, Chunk] = {c.id: c for c in index.chunks}
         self._fully_resident = {
             pid: frozenset(
