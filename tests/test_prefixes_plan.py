@@ -12,6 +12,7 @@ import pytest
 from planner import InfeasiblePlanError
 from planner.prefixes import concurrency_left, max_prefixes, split_budgets
 from residency.corpus.model import Chunk
+from residency.errors import ConfigError
 from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan
 from residency.planning.grouping import co_asked, pack
@@ -299,6 +300,8 @@ def test_hybrid_plans_count_prefixes_in_the_shared_block_pool(
     assert (a.pool_blocks, a.per_request_blocks) == (57, 10)
     assert a.resident_blocks == sum(-(-p.tokens // 16) + 3 for p in plan.prefixes)
     assert a.counting_rule == POOL_COUNTING_RULE
+    with pytest.raises(ConfigError, match=r"--shared-tokens 100: a hybrid model"):
+        build_prefix_plan(index, _mass(index), {}, cap, enc, PlanOptions(), 2, 100)
     with pytest.raises(InfeasiblePlanError, match=r"57 KV-cache blocks \(hybrid pool\)"):
         build_prefix_plan(index, _mass(index), {}, cap, enc, PlanOptions(), prefixes=3)
     # The token rule on the same KV tokens would have allowed far more.
@@ -349,6 +352,10 @@ def test_a_shared_head_leads_every_prefix_and_is_counted_once(
             if section in head or topic not in TOPICS:
                 continue
             assert builder.retrieve(TOPICS[topic][:20]).prefix_id == p.id, topic
+    # A pinned section is in front of every question, even one the head's budget leaves out.
+    pinned = PlanOptions(pins=("manual#lens",))
+    with_pin = build_prefix_plan(index, _mass(index), affinity, cap, enc, pinned, 3, 160)
+    assert all("manual#lens" in p.section_ids for p in with_pin.prefixes)
     # Without a head (--shared-tokens 0) no prefix shares a section.
     disjoint = build_prefix_plan(index, _mass(index), affinity, cap, enc, PlanOptions(), 3, 0)
     assert disjoint.arithmetic is not None

@@ -222,9 +222,14 @@ def build_prefix_plan(
     pins = set(options.pins)
     block = capacity.block_size
     target = default_shared_tokens(capacity) if shared_tokens is None else shared_tokens
-    if capacity.is_hybrid:
-        target = 0  # the pool rule counts every prefix whole (planner/prefixes.py)
-    head = _head(items, pins, min(target, window) - overhead) if target > 0 else []
+    if capacity.is_hybrid and target:
+        raise ConfigError(
+            f"--shared-tokens {target}: a hybrid model's prefixes share no head yet (each is "
+            "counted whole in its block pool); leave --shared-tokens out or give 0"
+        )
+    pinned = sum(i.tokens for i in items if i.section.id in pins)
+    room = max(min(target, window) - overhead, pinned if target > 0 else 0)
+    head = _head(items, pins, room) if target > 0 else []
     head_ids = {i.id for i in head}
     head_tokens = overhead
     if head:
