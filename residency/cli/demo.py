@@ -70,11 +70,9 @@ def demo(
 
 def _prefixes(report: DemoReport) -> str:
     """' in 2 prefixes (9,472 of 45,301 corpus tokens, 21%)', or '' for one prefix."""
-    if len(report.prefix_tokens_by_id) < 2 or not report.corpus_tokens:
-        return ""
     resident = report.resident_corpus_tokens
-    if resident is None:  # a report written before the count of distinct resident tokens
-        resident = sum(report.prefix_tokens_by_id.values())
+    if len(report.prefix_tokens_by_id) < 2 or not report.corpus_tokens or resident is None:
+        return ""
     return (
         f" in {len(report.prefix_tokens_by_id)} prefixes ({resident:,} of "
         f"{report.corpus_tokens:,} corpus tokens, {resident / report.corpus_tokens:.0%})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from planner import InfeasiblePlanError
@@ -194,6 +194,11 @@ def _choose(
     return pinned + chosen, options.strategy, 0.0
 
 
+def canonical_order(items: Sequence[PlanItem], pins: Collection[str]) -> list[PlanItem]:
+    """Pinned sections first, then corpus order, parts in order: how a prefix lists its items."""
+    return sorted(items, key=lambda i: (i.section.id not in pins, i.section.order, i.part or 0))
+
+
 def render_items(
     chosen: Sequence[PlanItem],
     pins: set[str],
@@ -208,9 +213,7 @@ def render_items(
     dropped); drop the least dense free item while over budget."""
     chosen = list(chosen)
     while True:
-        ordered = list(lead) + sorted(
-            chosen, key=lambda i: (i.section.id not in pins, i.section.order, i.part or 0)
-        )
+        ordered = list(lead) + canonical_order(chosen, pins)
         text = render_prefix(instructions, [render_item(i) for i in ordered], index.language)
         rendered = finalize_prefix(text, encoder, align)
         if rendered.token_count <= budget or not ordered:

@@ -41,6 +41,7 @@ from residency.planning.build import (
     PlanItem,
     PlanOptions,
     build_plan,
+    canonical_order,
     check_ids,
     plan_items,
     prefix_info,
@@ -104,7 +105,7 @@ def _head(items: Sequence[PlanItem], pins: set[str], room: int) -> list[PlanItem
     candidates = [Candidate(i.id, i.tokens, i.value, pinned=i.section.id in pins) for i in items]
     keep = set(select_resident(candidates, max(room, 0)).resident_ids)
     chosen = [i for i in items if i.id in keep]
-    return sorted(chosen, key=lambda i: (i.section.id not in pins, i.section.order, i.part or 0))
+    return canonical_order(chosen, pins)
 
 
 # The default shared head: this share of the window (measured, see the module docstring and
@@ -130,10 +131,8 @@ def shared_kv_tokens(head_tokens: int, block: int) -> int:
 
 
 def common_leading_tokens(texts: Sequence[str], encoder: ModelTokenizer) -> int:
-    """Leading tokens every text shares (token ids where the tokenizer gives them, else the
-    count of the common leading text less one)."""
-    if len(texts) < 2:
-        return encoder.count(texts[0]) if texts else 0
+    """Leading tokens every one of two or more texts shares (token ids where the tokenizer
+    gives them, else the count of the common leading text less one)."""
     encoded = [encoder.encode(t) for t in texts]
     ids = [x for x in encoded if x is not None]
     if len(ids) == len(texts):
@@ -235,7 +234,7 @@ def build_prefix_plan(
     if head:
         lang = index.language
         head_text = render_prefix(instructions, [render_item(i) for i in head], lang)
-        head_tokens = encoder.count(head_text) + SEAM_TOKENS + ((align - 1) if align else 0)
+        head_tokens = encoder.count(head_text) + SEAM_TOKENS  # dense only: no alignment pad
     shared = shared_kv_tokens(head_tokens, block) if head else 0
     branch_items = [i for i in items if i.id not in head_ids]
     if head and window - head_tokens > 0:  # sections split to fit a prefix's own room

@@ -22,6 +22,7 @@ JoinHook = Callable[["Upstream"], Awaitable[bool]]
 # every token, so on a loaded host a busy server answers one probe late: slow is not down. A
 # refused or reset connection, or a status other than 200, takes it out at once.
 SLOW_PROBES_DOWN = 3
+PROBE_TIMEOUT_S = 5.0  # one /health probe
 
 
 @dataclass(slots=True)
@@ -102,11 +103,13 @@ class UpstreamPool:
         """Probe /health; a server that comes (back) up re-joins: model read, then warmed."""
         if up.position in self._joining:
             return
-        probe = await up.client.probe(timeout_s=5.0)
+        probe = await up.client.probe(timeout_s=PROBE_TIMEOUT_S)
         up.slow_probes = up.slow_probes + 1 if probe is Probe.SLOW else 0
         if probe is Probe.SLOW and up.healthy and up.slow_probes < SLOW_PROBES_DOWN:
-            log.info("upstream %s (%s) answered no health probe in 5 s (%d of %d)",
-                     up.label, up.url, up.slow_probes, SLOW_PROBES_DOWN)  # fmt: skip
+            log.info(
+                "upstream %s (%s) answered no health probe in %g s (%d of %d)",
+                *(up.label, up.url, PROBE_TIMEOUT_S, up.slow_probes, SLOW_PROBES_DOWN),
+            )
             return
         ok = probe is Probe.UP
         if ok and not up.healthy:
