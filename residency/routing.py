@@ -24,6 +24,8 @@ Route = Literal["resident", "long_tail"]
 DEFAULT_K = 5
 DEFAULT_MARGIN = 1
 DEFAULT_HEDGE = 1
+# Dated sections pinned whole for a question's time expression (router and coverage eval).
+DEFAULT_MAX_DATED = 5
 
 
 class ChunkHit(Protocol):

@@ -3,6 +3,7 @@ expected coverage, and `residency eval coverage` through the real console entry 
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import json
 import subprocess
@@ -22,6 +23,7 @@ from residency.eval.questions import Question
 from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
+from residency.planning.prefix import render_section
 from residency.query_log import LogEntry
 from residency.routing import DEFAULT_K, decide_route
 from residency.tokenizer import LocalTokenizer
@@ -631,3 +633,90 @@ def test_cli_tables_keep_every_strategy_name_whole_at_80_columns(
     assert len(table_lines) >= 4 * len(names), out.stdout  # four tables, every row
     assert all(len(line) <= 80 for line in out.stdout.splitlines()), out.stdout
     assert "…" not in out.stdout, out.stdout
+
+
+# --- the dated route ------------------------------------------------------------------------
+
+NOTES = {
+    "note-mar-04": (
+        "2025-03-04",
+        "Fog signal at the north light sounded falsely; the horn was reset.",
+    ),
+    "note-mar-20": ("2025-03-20", "Patrol to the island light: the radio connector was replaced."),
+    "note-may-02": ("2025-05-02", "Lens cleaning at the harbour light, glass wiped twice."),
+    "manual-radio": (None, "The radio is checked every morning; a replaced connector is logged."),
+    "manual-fog": (None, "The fog signal sounds twice a minute when visibility is low."),
+}
+IN_MARCH = Question(
+    query="What did the fog signal and radio need in March 2025?",
+    relevant_ids=("note-mar-04", "note-mar-20"),
+    type="timeline",
+)
+
+
+@pytest.fixture(scope="module")
+def dated_index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Index:
+    root = tmp_path_factory.mktemp("dated")
+    (root / "docs").mkdir()
+    records = [
+        orjson.dumps({"id": k, "title": k, "text": text} | ({"date": day} if day else {}))
+        for k, (day, text) in NOTES.items()
+    ]
+    (root / "docs" / "notes.jsonl").write_bytes(b"\n".join(records) + b"\n")
+    build_index(
+        root / "docs", root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir)
+    )
+    return open_index(root / "index")
+
+
+def test_the_dated_route_pins_the_period_s_sections_as_the_router_does(
+    dated_index: Index, encoder: LocalTokenizer
+) -> None:
+    ranked = [h.id for h in dated_index.search_chunks(IN_MARCH.query, 5)]
+    assert ranked[:4] == [
+        "manual-fog::c1",
+        "note-mar-04::c1",
+        "manual-radio::c1",
+        "note-mar-20::c1",
+    ]
+    served = ResidentSet("served", "planner", frozenset({"note-mar-04::c1"}), 1, 0, 1)
+    rag = ResidentSet("rag-top1", "rag", frozenset(), 0, 0, 1)
+    rows = [served, rag]
+    plain = evaluate_coverage(dated_index, [IN_MARCH], rows, encoder, source="t", margin=0)
+    dated = evaluate_coverage(
+        dated_index, [IN_MARCH], rows, encoder, source="t", margin=0,
+        today=dt.date(2025, 6, 15), max_dated=5,
+    )  # fmt: skip
+    # Top-1 retrieval adds manual-fog and misses note-mar-20; the dated route pins note-mar-20
+    # whole (note-mar-04 is wholly in the prefix: not repeated); plain RAG pins nothing.
+    assert [r.overall.coverage_all for r in plain.results] == [0.0, 0.0]
+    assert [r.overall.coverage_all for r in dated.results] == [1.0, 0.0]
+    assert dated.results[0].overall.mean_added_chunks == 2  # manual-fog + note-mar-20
+    section = render_section(dated_index.section("note-mar-20"))
+    extra = dated.results[0].overall.mean_added_tokens - plain.results[0].overall.mean_added_tokens
+    assert extra == encoder.count(section) + 1
+    assert dated.results[1].overall == plain.results[1].overall
+    assert (dated.settings.today, dated.settings.max_dated) == (dt.date(2025, 6, 15), 5)
+    assert (plain.settings.today, plain.settings.max_dated) == (None, 0)
+    # Another year: no section is dated inside it, nothing is pinned.
+    other_year = IN_MARCH.model_copy(update={"query": IN_MARCH.query.replace("2025", "2024")})
+    later = evaluate_coverage(
+        dated_index, [other_year], [served], encoder, source="t", margin=0,
+        today=dt.date(2025, 6, 15), max_dated=5,
+    )  # fmt: skip
+    assert later.results[0].overall.coverage_all == 0.0
+
+
+def test_the_cli_dated_route_defaults_are_the_routers() -> None:
+    from residency.eval.coverage_options import CoverageOptions
+    from residency.serve.settings import ServeSettings
+
+    assert CoverageOptions().max_dated == ServeSettings.model_fields["max_dated"].default > 0
+
+
+def test_cli_refuses_a_bad_today_in_one_line(tmp_path: Path) -> None:
+    out = run_coverage_cli("--squad", str(tmp_path / "none.json"), "--today", "2026-13-01")
+    assert out.returncode != 0
+    assert out.stderr.strip().splitlines() == [
+        "error: --today '2026-13-01': expected YYYY-MM-DD, e.g. 2026-01-15"
+    ]

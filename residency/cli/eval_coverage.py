@@ -3,6 +3,7 @@ every strategy on a SQuAD-style file (registered on the `residency eval` app).""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -97,13 +98,24 @@ def coverage(
     prefetch: Annotated[int, option_from(CoverageOptions, "prefetch")] = default_of(
         CoverageOptions, "prefetch"
     ),
+    today: Annotated[
+        str | None,
+        typer.Option(help=CoverageOptions.model_fields["today"].description, show_default=False),
+    ] = None,
+    max_dated: Annotated[int, option_from(CoverageOptions, "max_dated")] = default_of(
+        CoverageOptions, "max_dated"
+    ),
     json: JsonOption = False,
 ) -> None:
     """Share of questions whose gold evidence is resident or routed in, and the tokens it costs."""
     from residency.cli.progress import BarProgress, progress_bar
     from residency.eval.coverage_runs import SimulationJob, evaluate_plan_file, run_simulations
 
-    options = bind(CoverageOptions, locals())
+    try:
+        day = dt.date.fromisoformat(today) if today else None
+    except ValueError:
+        raise ConfigError(f"--today {today!r}: expected YYYY-MM-DD, e.g. 2026-01-15") from None
+    options = bind(CoverageOptions, locals(), today=day)
     traffic = bind(TrafficOptions, locals())
     if (plan is None) == (squad is None):
         raise ConfigError(

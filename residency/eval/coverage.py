@@ -21,6 +21,10 @@ For one resident set (a plan's resident chunks, or nothing for RAG-only) and a q
   chunk was added. coverage = in-prefix share + retrieved share; long-tail recall = retrieved /
   questions not in prefix; misrouted = not covered although routed "resident" (a miss the
   long-tail route might have caught).
+- **Dated route** (as `residency serve` pins them): when a question has a time expression
+  (`timex.resolve_period`, against `--today`), up to `max_dated` sections dated inside it
+  (`timex.select_dated`: retrieved ones first) are visible whole, unless wholly in the routed
+  prefix; a long-tail chunk of a pinned section is not added again. Plain RAG rows pin nothing.
 - **Added tokens** (prompt tokens beyond the cached prefix): the sum over added chunks of
   count(render_chunk(chunk)) + 1 (the blank-line separator), counted with the plan's encoder, the
   same way the planner prices a section. The question itself is the same for every strategy and
@@ -60,6 +64,7 @@ from residency.routing import (
     decide_route,
     routing_map,
 )
+from residency.timex import resolve_period, select_dated
 from residency.tokenizer import ModelTokenizer
 
 __all__ = [
@@ -68,12 +73,14 @@ __all__ = [
     "CoverageMetrics",
     "CoverageReport",
     "CoverageSettings",
+    "DatedPinning",
     "Outcome",
     "ResidentSet",
     "RowAcrossSeeds",
     "SeedStat",
     "StrategyResult",
     "chunk_token_counts",
+    "dated_pinning",
     "evaluate_coverage",
     "evaluate_resident_set",
     "question_outcome",
@@ -155,6 +162,48 @@ def chunk_token_counts(index: Index, encoder: ModelTokenizer) -> dict[str, int]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class DatedPinning:
+    """The router's dated route: the sections dated inside a question's time expression,
+    pinned whole (`residency.serve.context.ContextBuilder.retrieve` does the same)."""
+
+    index: Index
+    today: dt.date
+    max_dated: int
+    section_tokens: Mapping[str, int]  # each dated section rendered whole, plus its separator
+
+    def pinned(
+        self, query: str, hits: Sequence[FusedHit], prefix: Collection[str]
+    ) -> tuple[tuple[frozenset[str], ...], int]:
+        """(chunk ids of each pinned section, their prompt tokens) for one question routed to a
+        prefix holding the chunks `prefix`; nothing without a time expression."""
+        period = resolve_period(query, self.today)
+        if period is None:
+            return (), 0
+        ranked = list(dict.fromkeys(self.index.section_of(h.id) for h in hits))
+        pinned: list[frozenset[str]] = []
+        cost = 0
+        for section in select_dated(self.index.sections, period, ranked, self.max_dated):
+            chunks = frozenset(c.id for c in self.index.chunks_of(section.id))
+            if chunks and all(c in prefix for c in chunks):
+                continue  # wholly in the prefix: the router does not repeat it
+            pinned.append(chunks)
+            cost += self.section_tokens[section.id]
+        return tuple(pinned), cost
+
+
+def dated_pinning(
+    index: Index, encoder: ModelTokenizer, today: dt.date | None, max_dated: int
+) -> DatedPinning | None:
+    """The dated route for `index` (None when no section has a date or `max_dated` is 0);
+    `today` None: the date today, as the router."""
+    dated = [s for s in index.sections if s.date is not None]
+    if not dated or max_dated <= 0:
+        return None
+    tokens = {s.id: encoder.count(render_section(s)) + 1 for s in dated}
+    return DatedPinning(index, today or dt.date.today(), max_dated, tokens)
+
+
 def question_outcome(
     hits: Sequence[FusedHit],
     resident: Collection[str],
@@ -165,19 +214,25 @@ def question_outcome(
     margin: int,
     hedge: int,
     gold_sections: Sequence[Collection[str]] = (),
+    pinned: Sequence[Collection[str]] = (),
+    pinned_tokens: int = 0,
 ) -> Outcome:
     """Route one question and say whether its gold chunks are visible, and at what cost
-    (`gold_sections`: the chunks of each gold section, for `all_visible`)."""
+    (`gold_sections`: the chunks of each gold section, for `all_visible`; `pinned`: the chunks
+    of each dated section pinned whole, costing `pinned_tokens`)."""
     decision = decide_route(hits, resident, k=k, margin=margin, hedge=hedge)
-    added = decision.long_tail_chunk_ids
+    pinned_chunks = {c for chunks in pinned for c in chunks}
+    added = [c for c in decision.long_tail_chunk_ids if c not in pinned_chunks]
+    visible = set(added) | pinned_chunks
     in_prefix = any(c in resident for c in gold_chunks)
-    retrieved = not in_prefix and any(c in gold_chunks for c in added)
-    visible = set(added)
+    retrieved = not in_prefix and any(c in gold_chunks for c in visible)
     all_visible = bool(gold_sections) and all(
         any(c in resident or c in visible for c in chunks) for chunks in gold_sections
     )
-    cost = sum(tokens[c] for c in added)
-    return Outcome(decision.route, in_prefix, retrieved, len(added), cost, all_visible)
+    cost = sum(tokens[c] for c in added) + pinned_tokens
+    return Outcome(
+        decision.route, in_prefix, retrieved, len(added) + len(pinned), cost, all_visible
+    )
 
 
 def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
@@ -228,9 +283,13 @@ def evaluate_resident_set(
     margin: int,
     hedge: int = DEFAULT_HEDGE,
     question_tokens: Mapping[str, int] | None = None,
+    dated: DatedPinning | None = None,
 ) -> StrategyResult:
     """Coverage of answerable `questions` (already ranked) under one resident set, and what each
-    prompt costs (`question_tokens`: each query's tokens; none: the question counts 0)."""
+    prompt costs (`question_tokens`: each query's tokens; none: the question counts 0; `dated`:
+    the router's dated route, for every row but plain RAG)."""
+    if resident.strategy == "rag":
+        dated = None
     by_type: dict[str, list[Outcome]] = {}
     outcomes: list[Outcome] = []
     prefix_of = routing_map(dict(resident.prefix_chunks))
@@ -253,6 +312,9 @@ def evaluate_resident_set(
             chosen = choose_prefix(rankings[q.query], prefix_of, resident.prefix_chunks[0][0])
             visible = per_prefix[chosen]
             prefix_tokens = size_of.get(chosen, prefix_tokens)
+        pinned, pinned_tokens = (
+            dated.pinned(q.query, rankings[q.query], visible) if dated else ((), 0)
+        )
         outcome = question_outcome(
             rankings[q.query],
             visible,
@@ -262,6 +324,8 @@ def evaluate_resident_set(
             margin=margin,
             hedge=hedge,
             gold_sections=gold_sections,
+            pinned=pinned,
+            pinned_tokens=pinned_tokens,
         )
         own = (question_tokens or {}).get(q.query, 0)
         outcome = replace(
@@ -317,15 +381,22 @@ def evaluate_coverage(
     simulation: TrafficStats | None = None,
     notes: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
+    today: dt.date | None = None,
+    max_dated: int = 0,
 ) -> CoverageReport:
-    """Rank every distinct answerable query once, then score each resident set on it."""
+    """Rank every distinct answerable query once, then score each resident set on it
+    (`max_dated` > 0: with the router's dated route, time expressions resolved against
+    `today`, default the date today)."""
     answerable = [q for q in questions if q.relevant_ids]
     rankings = rank_queries(index, [q.query for q in answerable], prefetch, progress)
     tokens = chunk_token_counts(index, encoder)
     asked = {q.query: encoder.count(q.query) for q in answerable}
+    dated = dated_pinning(index, encoder, today, max_dated)
     results = rescued_of_rag(
         [
-            evaluate_resident_set(index, answerable, rankings, r, tokens, margin, hedge, asked)
+            evaluate_resident_set(
+                index, answerable, rankings, r, tokens, margin, hedge, asked, dated
+            )
             for r in resident_sets
         ]
     )
@@ -349,6 +420,8 @@ def evaluate_coverage(
             hedge=hedge,
             tokenizer=encoder.name,
             budget_tokens=budget_tokens,
+            today=dated.today if dated else None,
+            max_dated=dated.max_dated if dated else 0,
         ),
         results=results,
         simulation=simulation,

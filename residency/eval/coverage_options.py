@@ -4,6 +4,8 @@ built from these fields without importing the simulation."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from residency.eval.defaults import (
@@ -12,7 +14,7 @@ from residency.eval.defaults import (
     DEFAULT_PREFETCH,
     DEFAULT_ZIPF_S,
 )
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN, DEFAULT_MAX_DATED
 
 DEFAULT_BUDGET_TOKENS = 30000
 
@@ -112,6 +114,19 @@ class CoverageOptions(BaseModel):
         ge=1,
         le=1000,
         description="Chunks ranked per question before routing.",
+    )
+    today: dt.date | None = Field(
+        default=None,
+        description="Date a question's time expression resolves against, as `residency serve "
+        "--today` (YYYY-MM-DD; default: today): its dated sections are pinned whole, as the "
+        "router pins them.",
+    )
+    max_dated: int = Field(
+        default=DEFAULT_MAX_DATED,
+        ge=0,
+        le=50,
+        description="Dated sections pinned for a time expression (0: none), as `residency "
+        "serve --max-dated`.",
     )
 
     @model_validator(mode="after")

@@ -103,6 +103,11 @@ class CoverageSettings(BaseModel):
         min_length=1, max_length=4096, description="Encoder the added tokens were counted with."
     )
     budget_tokens: int | None = Field(ge=1, description="Resident budget (simulation), if any.")
+    today: dt.date | None = Field(
+        default=None,
+        description="Date time expressions resolved against (None: no dated section to pin).",
+    )
+    max_dated: int = Field(default=0, ge=0, description="Dated sections pinned per question.")
 
 
 class SeedStat(BaseModel):

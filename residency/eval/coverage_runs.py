@@ -115,6 +115,8 @@ def evaluate_plan_file(
         prefetch=route.prefetch,
         notes=notes,
         progress=progress.advance if progress else None,
+        today=route.today,
+        max_dated=route.max_dated,
     )
 
 
@@ -301,6 +303,8 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         simulation=traffic.stats,
         notes=notes,
         progress=progress.advance,
+        today=opts.today,
+        max_dated=opts.max_dated,
     )
     draws = [r for r in report.results if r.name.startswith("random#")]
     merged: list[StrategyResult] = []

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from residency.retrieval.qdrant_schema import QdrantOptions
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN, DEFAULT_MAX_DATED
 from residency.serve.pruner_settings import PrunerSettings
 
 RetrieverName = Literal["hybrid", "bm25", "dense", "qdrant"]
@@ -119,7 +119,10 @@ class ServeSettings(BaseModel):
         description="Date time expressions resolve against (YYYY-MM-DD; default: today).",
     )
     max_dated: int = Field(
-        default=5, ge=0, le=50, description="Dated sections pinned for a time expression."
+        default=DEFAULT_MAX_DATED,
+        ge=0,
+        le=50,
+        description="Dated sections pinned for a time expression.",
     )
     pruner: PrunerSettings | None = Field(
         default=None, description="The listwise pruner stage (None: off)."
