@@ -66,14 +66,7 @@ class CjkBigramTokenizer:
 
     def tokenize(self, text: str) -> list[str]:
         """Each CJK run's unigrams then bigrams; lower-cased words elsewhere; no punctuation."""
-        tokens: list[str] = []
-        for cjk, word in _RUNS.findall(normalize_text(text)):
-            if cjk:
-                tokens.extend(cjk)
-                tokens.extend(map(str.__add__, cjk[:-1], cjk[1:]))
-            else:
-                tokens.append(word.lower())
-        return tokens
+        return _terms(_RUNS.findall(normalize_text(text)), 1)
 
     def tokenize_query(self, text: str) -> list[str]:
         """`tokenize`, with each non-CJK word repeated ``query_word_weight`` times when the query
@@ -84,15 +77,19 @@ class CjkBigramTokenizer:
         ['untag', 'untag', 'untag', 'の', '正', '式', '名', '称', 'の正', '正式', '式名', '名称']
         """
         runs = _RUNS.findall(normalize_text(text))
-        weight = self.query_word_weight if any(cjk for cjk, _ in runs) else 1
-        tokens: list[str] = []
-        for cjk, word in runs:
-            if cjk:
-                tokens.extend(cjk)
-                tokens.extend(map(str.__add__, cjk[:-1], cjk[1:]))
-            else:
-                tokens.extend([word.lower()] * weight)
-        return tokens
+        return _terms(runs, self.query_word_weight if any(cjk for cjk, _ in runs) else 1)
+
+
+def _terms(runs: list[tuple[str, str]], word_weight: int) -> list[str]:
+    """Each CJK run's unigrams then bigrams; each other word lower-cased, `word_weight` times."""
+    tokens: list[str] = []
+    for cjk, word in runs:
+        if cjk:
+            tokens.extend(cjk)
+            tokens.extend(map(str.__add__, cjk[:-1], cjk[1:]))
+        else:
+            tokens.extend([word.lower()] * word_weight)
+    return tokens
 
 
 SUDACHI_INSTALL = "pip install 'residency[sudachi]'"
