@@ -18,6 +18,7 @@ from residency.eval.coverage import (
     ResidentSet,
     evaluate_coverage,
     question_outcome,
+    rank_queries,
 )
 from residency.eval.questions import Question
 from residency.index import Index, IndexOptions, build_index, open_index
@@ -705,6 +706,54 @@ def test_the_dated_route_pins_the_period_s_sections_as_the_router_does(
         today=dt.date(2025, 6, 15), max_dated=5,
     )  # fmt: skip
     assert later.results[0].overall.coverage_all == 0.0
+
+
+@pytest.mark.parametrize("max_dated", [1, 2, 5])
+def test_eval_and_router_pin_the_same_dated_sections(
+    dated_index: Index, encoder: LocalTokenizer, tmp_path: Path, max_dated: int
+) -> None:
+    from residency.eval.dated import dated_pinning
+    from residency.serve.context import ContextBuilder
+    from residency.serve.settings import ServeSettings
+
+    today = dt.date(2025, 6, 15)
+    capacity = CapacitySnapshot(
+        model="tiny", host="test", max_model_len=230, kv_cache_tokens=230, block_size=16,
+        is_hybrid=False, resident_budget_tokens=230, binding_constraint="max_model_len",
+        reasoning="test",
+    )  # fmt: skip
+    log = [LogEntry(query="fog signal sounded falsely horn reset", count=9)]
+    plan = build_plan(dated_index, log_mass(dated_index, log), capacity, encoder, PlanOptions())
+    assert "note-mar-04::c1" in plan.resident_chunk_ids()  # one dated note is resident
+    path = tmp_path / "plan.json"
+    write_plan(plan, path)
+    settings = ServeSettings(
+        plan=path, upstreams=("http://x",), log=None, retriever="bm25", today=today,
+        max_dated=max_dated,
+    )  # fmt: skip
+    builder = ContextBuilder(plan, dated_index, settings)
+    pinning = dated_pinning(dated_index, encoder, today, max_dated)
+    assert pinning is not None
+    queries = [
+        IN_MARCH.query,
+        "What happened at the lights in 2025?",
+        "Which light had its lens cleaned in May 2025?",
+        "What was done last month?",
+        "How often does the fog signal sound?",
+    ]
+    resident = plan.resident_chunk_ids()
+    pinned_any = 0
+    for query, hits in rank_queries(dated_index, queries, 40).items():
+        routed = builder.retrieve(query, today)
+        chunks, cost = pinning.pinned(query, hits, resident)
+        expected = [
+            frozenset(c.id for c in dated_index.chunks_of(s)) for s in routed.dated_section_ids
+        ]
+        assert list(chunks) == expected, query
+        rendered = [render_section(dated_index.section(s)) for s in routed.dated_section_ids]
+        assert cost == sum(encoder.count(r) + 1 for r in rendered), query
+        pinned_any += bool(chunks)
+    assert pinned_any >= 2  # the check is not vacuous
 
 
 def test_the_cli_dated_route_defaults_are_the_routers() -> None:

@@ -23,8 +23,9 @@ For one resident set (a plan's resident chunks, or nothing for RAG-only) and a q
   long-tail route might have caught).
 - **Dated route** (as `residency serve` pins them): when a question has a time expression
   (`timex.resolve_period`, against `--today`), up to `max_dated` sections dated inside it
-  (`timex.select_dated`: retrieved ones first) are visible whole, unless wholly in the routed
-  prefix; a long-tail chunk of a pinned section is not added again. Plain RAG rows pin nothing.
+  (the router's own `residency.serve.context.pinned_dated`: retrieved ones first) are visible
+  whole, unless wholly in the routed prefix; a long-tail chunk of a pinned section is not added
+  again. Plain RAG rows pin nothing.
 - **Added tokens** (prompt tokens beyond the cached prefix): the sum over added chunks of
   count(render_chunk(chunk)) + 1 (the blank-line separator), counted with the plan's encoder, the
   same way the planner prices a section. The question itself is the same for every strategy and
@@ -49,6 +50,7 @@ from residency.eval.coverage_report import (
     SeedStat,
     StrategyResult,
 )
+from residency.eval.dated import DatedPinning, dated_pinning
 from residency.eval.defaults import DEFAULT_PREFETCH
 from residency.eval.questions import UNTYPED, Question
 from residency.eval.traffic import TrafficStats
@@ -64,7 +66,6 @@ from residency.routing import (
     decide_route,
     routing_map,
 )
-from residency.timex import resolve_period, select_dated
 from residency.tokenizer import ModelTokenizer
 
 __all__ = [
@@ -73,14 +74,12 @@ __all__ = [
     "CoverageMetrics",
     "CoverageReport",
     "CoverageSettings",
-    "DatedPinning",
     "Outcome",
     "ResidentSet",
     "RowAcrossSeeds",
     "SeedStat",
     "StrategyResult",
     "chunk_token_counts",
-    "dated_pinning",
     "evaluate_coverage",
     "evaluate_resident_set",
     "question_outcome",
@@ -160,48 +159,6 @@ def chunk_token_counts(index: Index, encoder: ModelTokenizer) -> dict[str, int]:
     return {
         c.id: encoder.count(render_chunk(index.section(c.section_id), c)) + 1 for c in index.chunks
     }
-
-
-@dataclass(frozen=True, slots=True)
-class DatedPinning:
-    """The router's dated route: the sections dated inside a question's time expression,
-    pinned whole (`residency.serve.context.ContextBuilder.retrieve` does the same)."""
-
-    index: Index
-    today: dt.date
-    max_dated: int
-    section_tokens: Mapping[str, int]  # each dated section rendered whole, plus its separator
-
-    def pinned(
-        self, query: str, hits: Sequence[FusedHit], prefix: Collection[str]
-    ) -> tuple[tuple[frozenset[str], ...], int]:
-        """(chunk ids of each pinned section, their prompt tokens) for one question routed to a
-        prefix holding the chunks `prefix`; nothing without a time expression."""
-        period = resolve_period(query, self.today)
-        if period is None:
-            return (), 0
-        ranked = list(dict.fromkeys(self.index.section_of(h.id) for h in hits))
-        pinned: list[frozenset[str]] = []
-        cost = 0
-        for section in select_dated(self.index.sections, period, ranked, self.max_dated):
-            chunks = frozenset(c.id for c in self.index.chunks_of(section.id))
-            if chunks and all(c in prefix for c in chunks):
-                continue  # wholly in the prefix: the router does not repeat it
-            pinned.append(chunks)
-            cost += self.section_tokens[section.id]
-        return tuple(pinned), cost
-
-
-def dated_pinning(
-    index: Index, encoder: ModelTokenizer, today: dt.date | None, max_dated: int
-) -> DatedPinning | None:
-    """The dated route for `index` (None when no section has a date or `max_dated` is 0);
-    `today` None: the date today, as the router."""
-    dated = [s for s in index.sections if s.date is not None]
-    if not dated or max_dated <= 0:
-        return None
-    tokens = {s.id: encoder.count(render_section(s)) + 1 for s in dated}
-    return DatedPinning(index, today or dt.date.today(), max_dated, tokens)
 
 
 def question_outcome(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -83,14 +83,6 @@ class ContextBuilder:
         }
         self._prefix_of = routing_map(self._prefix_chunks)
         self._chunks: dict[str, Chunk] = {c.id: c for c in index.chunks}
-        self._fully_resident = {
-            pid: frozenset(
-                s.id
-                for s in index.sections
-                if (chunks := index.chunks_of(s.id)) and all(c.id in resident for c in chunks)
-            )
-            for pid, resident in self._prefix_chunks.items()
-        }
         self._retriever = _retriever(index, settings.retriever)
         self._pruner = (
             settings.pruner.model_copy(update={"language": index.language.code})
@@ -112,11 +104,7 @@ class ContextBuilder:
             hits, self._prefix_chunks[prefix], k=s.k, margin=s.margin, hedge=s.hedge
         )
         period = resolve_period(question, today or s.today or dt.date.today())
-        dated: tuple[str, ...] = ()
-        if period is not None and s.max_dated > 0:
-            ranked = list(dict.fromkeys(self.index.section_of(h.id) for h in hits))
-            picked = select_dated(self.index.sections, period, ranked, s.max_dated)
-            dated = tuple(x.id for x in picked if x.id not in self._fully_resident[prefix])
+        dated = pinned_dated(self.index, period, hits, self._prefix_chunks[prefix], s.max_dated)
         chunk_ids = tuple(
             c for c in decision.long_tail_chunk_ids if self.index.section_of(c) not in dated
         )
@@ -164,6 +152,27 @@ class ContextBuilder:
     def _render_chunk(self, chunk_id: str) -> str:
         chunk = self._chunks[chunk_id]
         return render_passage(self.index.section(chunk.section_id), chunk.text)
+
+
+def pinned_dated(
+    index: Index,
+    period: Period | None,
+    hits: Sequence[ChunkHit],
+    prefix_chunks: Collection[str],
+    max_dated: int,
+) -> tuple[str, ...]:
+    """The dated route: ids of the sections pinned whole for a question's `period`, those dated
+    inside it (`select_dated`: retrieved ones first, at most `max_dated`), less any wholly in
+    the routed prefix (`prefix_chunks`), which the prompt already holds. The router and the
+    coverage evaluation both call it, so they pin the same sections."""
+    if period is None or max_dated <= 0:
+        return ()
+    ranked = list(dict.fromkeys(index.section_of(h.id) for h in hits))
+    return tuple(
+        s.id
+        for s in select_dated(index.sections, period, ranked, max_dated)
+        if not ((chunks := index.chunks_of(s.id)) and all(c.id in prefix_chunks for c in chunks))
+    )
 
 
 def _retriever(index: Index, name: RetrieverName) -> ChunkSearch:

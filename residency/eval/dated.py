@@ -1,0 +1,48 @@
+"""The router's dated route in the coverage evaluation: the sections a question's time
+expression pins whole (`residency.serve.context.pinned_dated`, the router's own choice), what
+they show and what they cost."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from residency.index import Index
+from residency.planning.prefix import render_section
+from residency.retrieval import FusedHit
+from residency.serve.context import pinned_dated
+from residency.timex import resolve_period
+from residency.tokenizer import ModelTokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class DatedPinning:
+    """The dated route against one `today`, at most `max_dated` sections per question."""
+
+    index: Index
+    today: dt.date
+    max_dated: int
+    section_tokens: Mapping[str, int]  # each dated section rendered whole, plus its separator
+
+    def pinned(
+        self, query: str, hits: Sequence[FusedHit], prefix: Collection[str]
+    ) -> tuple[tuple[frozenset[str], ...], int]:
+        """(chunk ids of each pinned section, their prompt tokens) for one question routed to a
+        prefix holding the chunks `prefix`; nothing without a time expression."""
+        period = resolve_period(query, self.today)
+        ids = pinned_dated(self.index, period, hits, prefix, self.max_dated)
+        chunks = tuple(frozenset(c.id for c in self.index.chunks_of(s)) for s in ids)
+        return chunks, sum(self.section_tokens[s] for s in ids)
+
+
+def dated_pinning(
+    index: Index, encoder: ModelTokenizer, today: dt.date | None, max_dated: int
+) -> DatedPinning | None:
+    """The dated route for `index` (None when no section has a date or `max_dated` is 0);
+    `today` None: the date today, as the router."""
+    dated = [s for s in index.sections if s.date is not None]
+    if not dated or max_dated <= 0:
+        return None
+    tokens = {s.id: encoder.count(render_section(s)) + 1 for s in dated}
+    return DatedPinning(index, today or dt.date.today(), max_dated, tokens)
