@@ -45,7 +45,8 @@ results:
 	.venv/bin/residency demo --out demo-out
 	-$(MAKE) bench
 	$(PY) scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out \
-		--answers .benchmarks/answers-en.json --prune .benchmarks/prune-en.json
+		--answers .benchmarks/answers-en.json --answers-single .benchmarks/answers-en-single.json \
+		--prune .benchmarks/prune-en.json
 
 # docs/cli.md: every command's --help at 80 columns (tests/test_readme.py fails when it is stale).
 cli-docs:

@@ -5,10 +5,11 @@
 #
 # Starts vLLM (max_model_len 8192, prefix caching, compact structured output for the judge and
 # the pruner) and `residency serve`, plans the sample against the server (the planner's count of
-# prefixes), then runs `eval answers` (echo, rag top-3 / top-5, whole, residency; the same server
-# as LLM judge), then the same questions through a single-prefix plan's router (`--prefixes 1`,
-# started after the first router stops, so the two never share the KV cache), and `eval prune`
-# (the same model as grader); stops every server whatever happens.
+# prefixes), then runs `eval answers` (residency first, while the prefixes the router warmed at
+# boot are still cached — the baselines' prompts would evict them; then echo, rag top-3 / top-5,
+# whole; the same server as LLM judge), then the same questions through a single-prefix plan's
+# router (`--prefixes 1`, started after the first router stops, so the two never share the KV
+# cache), and `eval prune` (the same model as grader); stops every server whatever happens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-.benchmarks}"
@@ -40,8 +41,8 @@ pids+=($!)
 ROUTER="http://127.0.0.1:$ROUTER_PORT"
 wait_health "$ROUTER"
 "${R[@]}" eval answers --sample harbor-lights-en --generator "$VLLM" --judge "$VLLM" \
-    --router "$ROUTER" --plan "$OUT/plan-en.json" --strategy echo --strategy rag --strategy whole \
-    --strategy residency --k 3 --k 5 --max-tokens 64 --records "$OUT/answers-en.jsonl" \
+    --router "$ROUTER" --plan "$OUT/plan-en.json" --strategy residency --strategy echo \
+    --strategy rag --strategy whole --k 3 --k 5 --max-tokens 64 --records "$OUT/answers-en.jsonl" \
     --json > "$OUT/answers-en.json"
 kill -TERM -- "-${pids[-1]}" 2>/dev/null || true
 while curl -sf "$ROUTER/health" >/dev/null; do sleep 1; done  # the first router is gone

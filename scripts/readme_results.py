@@ -2,7 +2,8 @@
 the real-model answer evaluation.
 
     python scripts/readme_results.py --bench .benchmarks/latest.json --demo demo-out \
-        --answers .benchmarks/answers-en.json --prune .benchmarks/prune-en.json
+        --answers .benchmarks/answers-en.json --answers-single .benchmarks/answers-en-single.json \
+        --prune .benchmarks/prune-en.json
 
 (--bench repeats: later files replace same-named benchmarks; each table names the machine of
 the file its figures came from.)
@@ -254,31 +255,34 @@ def _f(value: float | None, fmt: str = ".2f") -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def answers_section(path: Path | None) -> list[str]:
-    """The answer-quality tables of an `eval answers --json` report (reference scorer, judge)."""
-    if path is None or not path.is_file():
-        return []
-    report = json.loads(path.read_text("utf-8"))
-    s = report["settings"]
-    ran = [r for r in report["strategies"] if not r.get("skipped")]
-    skipped = [r for r in report["strategies"] if r.get("skipped")]
+def _answer_rows(path: Path | None, single: Path | None) -> tuple[dict[str, Any], list[Any]]:
+    """The report and its strategies that ran, with the single-prefix router's `residency` (a
+    second `eval answers --json` report) added as `single-prefix`."""
+    report = json.loads(path.read_text("utf-8")) if path is not None else {}
+    rows = list(report.get("strategies", []))
+    if single is not None and single.is_file():
+        rows += [
+            r | {"strategy": "single-prefix"}
+            for r in json.loads(single.read_text("utf-8"))["strategies"]
+            if r["strategy"] == "residency"
+        ]
+    return report, rows
+
+
+def _per_type_table(ran: list[Any], key: str) -> list[str]:
+    """Score /2 per question type and strategy from `key` ("overall" / "facts_overall"), with
+    the scorer's F1 in brackets."""
+    by_type = key.replace("overall", "by_type")
     out = [
-        f"Answer quality with a real generator (`residency eval answers`, "
-        f"{report['evaluated']} questions of `{_shown_path(s['questions'])}`, generator "
-        f"{s['generator_model']}, greedy, max_tokens {s['max_tokens']}; judge "
-        f"{s['judge_model'] or 'none'}; measured on {_report_machine(report)}). Reference "
-        "scorer: score /2 (token F1 of answerable questions in brackets; `unknown`: abstention "
-        "rate as score/2):",
-        "",
         "| type | n | " + " | ".join(r["strategy"] for r in ran) + " |",
         "|---|---|" + "---|" * len(ran),
     ]
-    types = list(dict.fromkeys(t for r in ran for t in r["by_type"]))
+    types = list(dict.fromkeys(t for r in ran for t in r[by_type]))
     for t in [*types, "overall"]:
         cells = []
         n = 0
         for r in ran:
-            g = r["overall"] if t == "overall" else r["by_type"].get(t)
+            g = r[key] if t == "overall" else r[by_type].get(t)
             if g is None:
                 cells.append("—")
                 continue
@@ -287,11 +291,37 @@ def answers_section(path: Path | None) -> list[str]:
             cells.append(f"{_f(g['mean_score'])}{f1}")
         label = "**overall**" if t == "overall" else t
         out.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
-    out += [
+    return out
+
+
+def answers_section(path: Path | None, single: Path | None = None) -> list[str]:
+    """The answer-quality tables of an `eval answers --json` report (key facts, token F1, judge),
+    with a single-prefix router's report as one more column when given."""
+    if path is None or not path.is_file():
+        return []
+    report, rows = _answer_rows(path, single)
+    s = report["settings"]
+    ran = [r for r in rows if not r.get("skipped")]
+    skipped = [r for r in rows if r.get("skipped")]
+    out = [
+        f"Answer quality with a real generator (`residency eval answers`, "
+        f"{report['evaluated']} questions of `{_shown_path(s['questions'])}`, generator "
+        f"{s['generator_model']}, greedy, max_tokens {s['max_tokens']}; judge "
+        f"{s['judge_model'] or 'none'}; measured on {_report_machine(report)}; `residency` "
+        "through the planner's several-prefix router, `single-prefix` through a `--prefixes 1` "
+        "plan's router). Key facts: score /2 from the reference's tokens that are not in the "
+        "question (their F1 in brackets; `echo`, the question as its answer, scores 0; "
+        "`unknown`: abstention rate as score/2):",
         "",
-        "| strategy | evidence visible | score with / without evidence | truthfulness | "
-        "LLM judge /2 | prompt tokens | cached tokens | TTFT | routes |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *_per_type_table(ran, "facts_overall"),
+        "",
+        "Token F1 (SQuAD's, restating the question earns credit): score /2 (F1 in brackets):",
+        "",
+        *_per_type_table(ran, "overall"),
+        "",
+        "| strategy | evidence visible | F1 score with / without evidence | LLM judge /2 | "
+        "prompt tokens | cached tokens | TTFT | routes |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in ran:
         share = r.get("evidence_visible_share")
@@ -300,7 +330,7 @@ def answers_section(path: Path | None) -> list[str]:
         out.append(
             f"| {r['strategy']} | {_f(share * 100 if share is not None else None, '.0f')}% | "
             f"{_f(r.get('score_evidence_visible'))} / {_f(r.get('score_evidence_missing'))} | "
-            f"{_f(r['overall']['truthfulness'], '+.2f')} | {_f(judge)} | "
+            f"{_f(judge)} | "
             f"{_f(r['mean_prompt_tokens'], ',.0f')} | {_f(r['mean_cached_tokens'], ',.0f')} | "
             f"{_f(r['mean_ttft_s'], '.3f')} s | {routes} |"
         )
@@ -345,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--demo", type=Path, default=REPO / "demo-out")
     parser.add_argument("--answers", type=Path, help="`eval answers --json` report")
+    parser.add_argument(
+        "--answers-single", type=Path, help="the single-prefix router's `eval answers --json`"
+    )
     parser.add_argument("--prune", type=Path, help="`eval prune --json` report")
     args = parser.parse_args(argv)
     args.bench = args.bench or [REPO / ".benchmarks/latest.json"]
@@ -364,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         "(and `make answers` for the real-model answer evaluation).",
         "",
         *demo_section(args.demo),
-        *answers_section(args.answers),
+        *answers_section(args.answers, args.answers_single),
         *prune_section(args.prune),
         *ttft_table(data),
         *router_table(data),
