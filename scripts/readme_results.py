@@ -266,6 +266,8 @@ def _answer_rows(path: Path | None, single: Path | None) -> tuple[dict[str, Any]
             for r in json.loads(single.read_text("utf-8"))["strategies"]
             if r["strategy"] == "residency"
         ]
+    order = ["echo", "rag", "whole", "residency"]  # baselines first; single-prefix stays last
+    rows.sort(key=lambda r: order.index(r["kind"]) if r["kind"] in order else len(order))
     return report, rows
 
 
