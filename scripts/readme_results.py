@@ -255,11 +255,12 @@ def _f(value: float | None, fmt: str = ".2f") -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def _answer_rows(path: Path | None, single: Path | None) -> tuple[dict[str, Any], list[Any]]:
-    """The report and its strategies that ran, with the single-prefix router's `residency` (a
-    second `eval answers --json` report) added as `single-prefix`."""
-    report = json.loads(path.read_text("utf-8")) if path is not None else {}
-    rows = list(report.get("strategies", []))
+def _answer_rows(path: Path, single: Path | None) -> tuple[dict[str, Any], list[Any]]:
+    """The report and its strategies (skipped ones included), baselines first, with the
+    single-prefix router's `residency` (a second `eval answers --json` report) added last as
+    `single-prefix`."""
+    report = json.loads(path.read_text("utf-8"))
+    rows = list(report["strategies"])
     if single is not None and single.is_file():
         rows += [
             r | {"strategy": "single-prefix"}
@@ -271,10 +272,9 @@ def _answer_rows(path: Path | None, single: Path | None) -> tuple[dict[str, Any]
     return report, rows
 
 
-def _per_type_table(ran: list[Any], key: str) -> list[str]:
-    """Score /2 per question type and strategy from `key` ("overall" / "facts_overall"), with
-    the scorer's F1 in brackets."""
-    by_type = key.replace("overall", "by_type")
+def _per_type_table(ran: list[Any], key: str, by_type: str) -> list[str]:
+    """Score /2 per question type and strategy, from each row's `key` (all questions) and
+    `by_type` (per type) scores, with the scorer's F1 in brackets."""
     out = [
         "| type | n | " + " | ".join(r["strategy"] for r in ran) + " |",
         "|---|---|" + "---|" * len(ran),
@@ -315,11 +315,11 @@ def answers_section(path: Path | None, single: Path | None = None) -> list[str]:
         "question (their F1 in brackets; `echo`, the question as its answer, scores 0; "
         "`unknown`: abstention rate as score/2):",
         "",
-        *_per_type_table(ran, "facts_overall"),
+        *_per_type_table(ran, "facts_overall", "facts_by_type"),
         "",
         "Token F1 (SQuAD's, restating the question earns credit): score /2 (F1 in brackets):",
         "",
-        *_per_type_table(ran, "overall"),
+        *_per_type_table(ran, "overall", "by_type"),
         "",
         "| strategy | evidence visible | F1 score with / without evidence | LLM judge /2 | "
         "prompt tokens | cached tokens | TTFT | routes |",
