@@ -361,3 +361,22 @@ def test_a_shared_head_leads_every_prefix_and_is_counted_once(
     assert disjoint.arithmetic is not None
     assert disjoint.arithmetic.shared_kv_tokens == 0
     assert not set.intersection(*(set(p.section_ids) for p in disjoint.prefixes))
+
+
+def test_keep_warm_touches_only_plans_with_several_prefixes(
+    index: Index, tokenizer_dir: Path
+) -> None:
+    from residency.serve.keepwarm import policy_of
+
+    cap, enc = capacity(10_000, 300), LocalTokenizer(tokenizer_dir)
+    multi = build_prefix_plan(index, _mass(index), {}, cap, enc, PlanOptions(), None, 0)
+    single = build_prefix_plan(index, _mass(index), {}, cap, enc, PlanOptions(), prefixes=1)
+    a = multi.arithmetic
+    assert a is not None
+    assert len(multi.prefixes) >= 2
+    policy = policy_of(multi, touch=True)
+    assert policy.threshold_tokens == a.headroom_tokens // 2
+    assert policy.expected == {p.id: p.tokens - 16 for p in multi.prefixes}
+    assert len(set(policy.hashes.values())) == len(multi.prefixes)
+    assert policy_of(multi, touch=False).threshold_tokens is None  # --no-keep-warm
+    assert policy_of(single, touch=True).threshold_tokens is None  # every request uses it

@@ -85,6 +85,7 @@ def serve(
         float, option_from(P, "timeout_s", "--pruner-timeout", rich_help_panel=_PRUNE)
     ] = default_of(P, "timeout_s"),
     warm: Annotated[bool, option_from(S, "warm")] = default_of(S, "warm"),
+    keep_warm: Annotated[bool, option_from(S, "keep_warm")] = default_of(S, "keep_warm"),
     watch_plan: Annotated[bool, option_from(S, "watch_plan", "--watch-plan")] = default_of(
         S, "watch_plan"
     ),

@@ -100,6 +100,7 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
                 loop.remove_signal_handler(signal.SIGHUP)
                 for task in tasks:
                     task.cancel()
+                await router.keep_warm.stop()
                 await pool.stop()
                 router.close()
 

@@ -32,6 +32,7 @@ from residency.serve.context import RequestContext
 from residency.serve.errors import error_response, unavailable
 from residency.serve.guard import ClientGoneError, read_body
 from residency.serve.headers import route_headers
+from residency.serve.keepwarm import KeepWarm
 from residency.serve.prompt import assemble_messages
 from residency.serve.record import Outcome, RouterLogRecord
 from residency.serve.settings import ServeSettings
@@ -99,6 +100,7 @@ class Router:
         self.metrics = metrics
         self.log: QueryLogWriter | None = QueryLogWriter(settings.log) if settings.log else None
         self._limiter = anyio.CapacityLimiter(2)
+        self.keep_warm = KeepWarm(metrics, lambda: self.state.keep_warm)
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
@@ -322,6 +324,8 @@ class Router:
         usage = Usage.of(ex.usage)
         if usage.prompt_tokens is not None:
             self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens)
+            if ex.upstream is not None:
+                self.keep_warm.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
         if ex.ttft_s is not None and ex.outcome == "ok":
             self.metrics.ttft.labels(ex.endpoint, route).observe(ex.ttft_s)
         if ex.forward_s is not None:

@@ -130,6 +130,11 @@ class ServeSettings(BaseModel):
     warm: bool = Field(
         default=True, description="Warm each upstream with the plan's prefix as it joins."
     )
+    keep_warm: bool = Field(
+        default=True,
+        description="Touch a prefix no question has used while the others' traffic allocated "
+        "half the plan's headroom, before vLLM's LRU evicts it (plans with several prefixes).",
+    )
     watch_plan: bool = Field(
         default=False,
         description=f"Reload --plan when its content changes (checked every "

@@ -11,6 +11,7 @@ from residency.errors import ConfigError
 from residency.index import Index, open_index
 from residency.planning.plan_model import ResidencyPlan, parse_plan
 from residency.serve.context import ContextBuilder
+from residency.serve.keepwarm import KeepWarmPolicy, policy_of
 from residency.serve.settings import ServeSettings
 
 
@@ -20,6 +21,7 @@ class ServingState:
 
     builder: ContextBuilder
     plan_sha256: str  # of the plan file's bytes, hex
+    keep_warm: KeepWarmPolicy
 
     @property
     def short_sha(self) -> str:
@@ -57,7 +59,7 @@ def load_state(
             backend = QdrantBackend(settings.qdrant)
         index = open_index(path, backend=backend)
     builder = ContextBuilder(plan, index, settings)
-    return ServingState(builder, plan_sha256(raw))
+    return ServingState(builder, plan_sha256(raw), policy_of(plan, settings.keep_warm))
 
 
 def plan_sha256(data: bytes) -> str:

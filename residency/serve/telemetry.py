@@ -29,6 +29,19 @@ class RouterMetrics:
             ("prefix",),
             registry=r,
         )
+        self.prefix_evictions = Counter(
+            "residency_router_prefix_evictions",
+            "Requests whose usage showed fewer cached tokens than their prefix minus one block.",
+            ("prefix",),
+            registry=r,
+        )
+        self.keep_warm_touches = Counter(
+            "residency_router_keep_warm_touches",
+            "Touches sent to keep an idle prefix cached: cached (found whole), evicted (found "
+            "short, prefilled again) or failed.",
+            ("prefix", "result"),
+            registry=r,
+        )
         self.ttft = Histogram(
             "residency_router_time_to_first_token_seconds",
             "Request arrival to the first streamed event (streams) or the whole answer.",

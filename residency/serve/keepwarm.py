@@ -1,0 +1,184 @@
+"""Keep every resident prefix cached between the questions routed to it.
+
+vLLM keeps a finished request's full blocks cached in an LRU free queue: `BlockPool.free_blocks`
+appends hashed blocks to the tail and `get_new_blocks` evicts what it pops from the head
+(vllm/v1/core/block_pool.py, vLLM 0.32). Which blocks survive is decided by age, not by the plan:
+a prefix that no request has used is evicted once the requests since its last use have allocated
+about the plan's headroom (KV cache tokens minus resident tokens) in new blocks, while the blocks
+of questions that will never come again stay. With several prefixes this is the common case: on
+the English sample (19 prefixes, 10,752 tokens of headroom, SmolLM2 on vLLM CPU) 18 of the 78
+questions sent through the router found their prefix's branch evicted and prefilled it again.
+
+So the router keeps, per upstream and prefix, the new tokens that upstream's requests have
+allocated since the prefix was last used: prompt tokens minus cached tokens plus completion
+tokens, from each answer's usage. When the count reaches half the headroom the router sends one
+touch: the prefix as the system message, a one-character question, `max_tokens` 1. The touch hits
+every cached block of the prefix, and when it finishes vLLM appends them to the young end of the
+queue. A touch costs the prefill of its last partial block and the question; a prefix that its
+own questions keep using is never touched, and a single-prefix plan never sends one (every
+request uses the prefix). Half the headroom leaves room for the requests in flight, whose blocks
+are not in the queue at all.
+
+What the router cannot see it cannot count: requests sent to vLLM past the router age the
+prefixes too (`residency warm --watch` probes on a clock). Every request whose usage shows fewer
+cached tokens than its prefix minus one block is counted in `residency_router_prefix_evictions`,
+with keep-warm on or off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from residency.errors import ResidencyError
+from residency.planning.plan_model import ResidencyPlan
+from residency.serve.telemetry import RouterMetrics
+from residency.serve.upstreams import Upstream
+from residency.vllm_client import TransportError, Usage
+
+log = logging.getLogger("residency.serve")
+
+TOUCH_QUESTION = "."
+# Touches one upstream may have in flight: a burst (every idle prefix due at once after a warm)
+# goes out a few at a time instead of all in one scheduler step.
+TOUCHES_IN_FLIGHT = 4
+
+
+@dataclass(frozen=True, slots=True)
+class KeepWarmPolicy:
+    """What keep-warm needs of a plan: each prefix's hash, text and the cached tokens a request
+    on it should find, and the allocation after which an unused prefix is touched."""
+
+    hashes: dict[str, str]  # prefix id -> prefix hash (a reloaded plan's prefixes are new keys)
+    texts: dict[str, str]  # prefix id -> the exact system-message text
+    expected: dict[str, int]  # prefix id -> cached tokens at least (its tokens minus one block)
+    threshold_tokens: int | None  # None: count evictions, send no touches
+
+
+def policy_of(plan: ResidencyPlan, touch: bool) -> KeepWarmPolicy:
+    """The policy for `plan`; touches only where there are several prefixes and headroom."""
+    prefixes = plan.all_prefixes()
+    block = plan.capacity.block_size
+    a = plan.arithmetic
+    threshold = None
+    if touch and len(prefixes) > 1 and a is not None and a.headroom_tokens > 0:
+        threshold = max(a.headroom_tokens // 2, block)
+    return KeepWarmPolicy(
+        hashes={p.id: p.sha256 for p in prefixes},
+        texts={p.id: p.prefix.text for p in prefixes},
+        expected={p.id: max(p.tokens - block, 0) for p in prefixes},
+        threshold_tokens=threshold,
+    )
+
+
+def new_tokens(usage: Usage) -> int:
+    """Tokens a finished request allocated new blocks for (cached ones reuse blocks)."""
+    prompt = usage.prompt_tokens or 0
+    return max(prompt - (usage.cached_tokens or 0), 0) + (usage.completion_tokens or 0)
+
+
+class KeepWarm:
+    """Counts each prefix's age per upstream, touches the ones about to be evicted and counts
+    the requests that found theirs evicted."""
+
+    def __init__(self, metrics: RouterMetrics, current: Callable[[], KeepWarmPolicy]) -> None:
+        self._metrics = metrics
+        self._current = current  # the policy of the plan being served (reloads swap it)
+        self._age: dict[tuple[int, str], int] = {}  # (upstream, prefix hash) -> new tokens
+        self._in_flight: set[tuple[int, str]] = set()
+        self._slots: dict[int, asyncio.Semaphore] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def age(self, up: Upstream, prefix_id: str) -> int | None:
+        """New tokens `up` allocated since the current plan's `prefix_id` was last used."""
+        key = self._current().hashes.get(prefix_id)
+        return None if key is None else self._age.get((up.position, key), 0)
+
+    def observe(self, up: Upstream, prefix_id: str | None, usage: Usage) -> None:
+        """Account a finished client request on `up` that went out with `prefix_id`; touch
+        the prefixes it made due."""
+        if usage.prompt_tokens is None:
+            return
+        policy = self._current()
+        cached, expected = usage.cached_tokens, policy.expected.get(prefix_id or "")
+        if cached is not None and expected is not None and cached < expected:
+            self._metrics.prefix_evictions.labels(prefix_id).inc()
+        self._account(up, policy, prefix_id, usage)
+        if policy.threshold_tokens is None or up.model is None or not up.usable:
+            return
+        for due, key in policy.hashes.items():
+            k = (up.position, key)
+            if self._age[k] >= policy.threshold_tokens and k not in self._in_flight:
+                self._in_flight.add(k)
+                task = asyncio.get_running_loop().create_task(self._touch(up, due, key, policy))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    def _account(
+        self, up: Upstream, policy: KeepWarmPolicy, prefix_id: str | None, usage: Usage
+    ) -> None:
+        """Every prefix ages by the request's new tokens; the one it used is young again."""
+        fresh = new_tokens(usage)
+        for key in policy.hashes.values():
+            self._age[(up.position, key)] = self._age.get((up.position, key), 0) + fresh
+        if prefix_id is not None and prefix_id in policy.hashes:
+            self._age[(up.position, policy.hashes[prefix_id])] = 0
+
+    async def _touch(self, up: Upstream, prefix_id: str, key: str, policy: KeepWarmPolicy) -> None:
+        slots = self._slots.setdefault(up.position, asyncio.Semaphore(TOUCHES_IN_FLIGHT))
+        result = "failed"
+        try:
+            async with slots:
+                answer = await up.client.generate("chat", touch_payload(up, policy, prefix_id))
+            if answer.status_code != 200:
+                log.info(
+                    "upstream %s: keep-warm touch of %s answered %d",
+                    up.label, prefix_id, answer.status_code,
+                )  # fmt: skip
+            else:
+                usage = Usage.of(_usage(answer.content))
+                cached = usage.cached_tokens
+                evicted = cached is not None and cached < policy.expected[prefix_id]
+                result = "evicted" if evicted else "cached"
+                if usage.prompt_tokens is not None:
+                    self._account(up, self._current(), prefix_id, usage)
+        except (TransportError, ResidencyError) as exc:
+            log.info("upstream %s: keep-warm touch of %s failed (%s)", up.label, prefix_id, exc)
+        finally:
+            self._in_flight.discard((up.position, key))
+        if result == "failed":  # not again before another threshold's worth of traffic
+            self._age[(up.position, key)] = 0
+        self._metrics.keep_warm_touches.labels(prefix_id, result).inc()
+
+    async def settle(self) -> None:
+        """Wait for the touches in flight."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Cancel the touches in flight (at shutdown)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def touch_payload(up: Upstream, policy: KeepWarmPolicy, prefix_id: str) -> bytes:
+    """The touch request: the prefix as the first system message, as every routed request
+    sends it (residency/serve/prompt.py), a one-character question and one output token."""
+    messages = [
+        {"role": "system", "content": policy.texts[prefix_id]},
+        {"role": "user", "content": TOUCH_QUESTION},
+    ]
+    body = {"model": up.model, "messages": messages, "max_tokens": 1, "temperature": 0}
+    return orjson.dumps(body)
+
+
+def _usage(content: bytes) -> object:
+    try:
+        answer = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    return answer.get("usage") if isinstance(answer, dict) else None
