@@ -50,6 +50,8 @@ async def _ages() -> None:
         keep.observe(up, "p1", Usage(prompt_tokens=200, cached_tokens=32, completion_tokens=0))
         assert (keep.age(up, "p0"), keep.age(up, "p1"), keep.age(up, "p2")) == (168, 0, 376)
         assert keep.age(up, "p9") is None  # not in the plan being served
+        keep.warmed(up)  # it re-joined and was warmed: every prefix young again
+        assert (keep.age(up, "p0"), keep.age(up, "p1"), keep.age(up, "p2")) == (0, 0, 0)
         # p1 expected 64 cached and found 32: one eviction; p0's 96 of 96 is none.
         assert _sample(metrics, 'residency_router_prefix_evictions_total{prefix="p1"}') == 1
         assert _sample(metrics, 'residency_router_prefix_evictions_total{prefix="p0"}') == 0
@@ -81,3 +83,25 @@ async def _due() -> None:
             keep.observe(up, "p0", Usage(prompt_tokens=300, cached_tokens=96, completion_tokens=4))
         await keep.settle()
         assert _sample(metrics, failed) == 1  # no touches to an upstream out of rotation
+
+
+def test_a_reloaded_plan_ages_only_its_own_prefixes() -> None:
+    asyncio.run(_reload())
+
+
+async def _reload() -> None:
+    async with open_session(5.0) as http:
+        metrics = RouterMetrics()
+        up = UpstreamPool(["http://127.0.0.1:9"], http, metrics, 5.0).upstreams[0]
+        up.healthy, up.model = True, "m"
+        served = [_policy(None)]
+        keep = KeepWarm(metrics, lambda: served[0])
+        keep.observe(up, "p0", Usage(prompt_tokens=300, cached_tokens=96, completion_tokens=4))
+        assert keep.age(up, "p1") == 208
+        # The new plan keeps p1's text (same hash) under the id p0 and has a new prefix p1.
+        served[0] = KeepWarmPolicy(
+            hashes={"p0": "h1", "p1": "h9"}, texts={"p0": "one", "p1": "new"},
+            expected={"p0": 64, "p1": 64}, threshold_tokens=None,
+        )  # fmt: skip
+        keep.observe(up, "p1", Usage(prompt_tokens=100, cached_tokens=64, completion_tokens=0))
+        assert (keep.age(up, "p0"), keep.age(up, "p1")) == (244, 0)  # h1 kept its age

@@ -60,6 +60,8 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
                 return False
             log.warning("upstream %s: warm failed (%s); serving it cold", up.label, exc)
             return True
+        if "router" in state:
+            state["router"].keep_warm.warmed(up)
         every = report.prefixes
         log.info(
             "upstream %s warmed: %d of %d shared tokens cached (%d of %d prefixes resident)",

@@ -92,6 +92,11 @@ class KeepWarm:
         self._in_flight: set[tuple[int, str]] = set()
         self._slots: dict[int, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._policy: KeepWarmPolicy | None = None
+
+    def warmed(self, up: Upstream) -> None:
+        """`up` was just warmed (it joined or came back): every prefix is young on it."""
+        self._age = {k: v for k, v in self._age.items() if k[0] != up.position}
 
     def age(self, up: Upstream, prefix_id: str) -> int | None:
         """New tokens `up` allocated since the current plan's `prefix_id` was last used."""
@@ -104,6 +109,10 @@ class KeepWarm:
         if usage.prompt_tokens is None:
             return
         policy = self._current()
+        if policy is not self._policy:  # a reloaded plan: its prefixes start young (warmed)
+            keep = set(policy.hashes.values())
+            self._age = {k: v for k, v in self._age.items() if k[1] in keep}
+            self._policy = policy
         cached, expected = usage.cached_tokens, policy.expected.get(prefix_id or "")
         if cached is not None and expected is not None and cached < expected:
             self._metrics.prefix_evictions.labels(prefix_id).inc()
