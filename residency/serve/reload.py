@@ -65,6 +65,9 @@ class PlanReloader:
         except ResidencyError as exc:
             return self._refuse(trigger, old, str(exc), new_sha)
         self.router.state = state  # one reference: the next request starts on the new plan
+        for up in self.router.pool.upstreams:  # every prefix of the new plan was just warmed
+            if up.usable:
+                self.router.keep_warm.warmed(up)
         self.metrics.plan_reloads.labels("ok").inc()
         self.metrics.set_plan(state.plan_sha256)
         prefixes = len(state.builder.plan.all_prefixes())
