@@ -33,6 +33,9 @@ def _sample(metrics: RouterMetrics, line_start: str) -> float:
 def test_new_tokens_are_the_uncached_prompt_and_the_output() -> None:
     assert new_tokens(Usage(prompt_tokens=500, cached_tokens=320, completion_tokens=7)) == 187
     assert new_tokens(Usage(prompt_tokens=500, cached_tokens=None, completion_tokens=None)) == 500
+    # No cached tokens reported (vLLM without --enable-prompt-tokens-details): the prefix's own.
+    no_details = Usage(prompt_tokens=500, cached_tokens=None, completion_tokens=2)
+    assert new_tokens(no_details, assumed_cached=384) == 118
 
 
 def test_ages_evictions_and_no_touch_without_a_threshold() -> None:

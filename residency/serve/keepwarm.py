@@ -75,10 +75,13 @@ def policy_of(plan: ResidencyPlan, touch: bool) -> KeepWarmPolicy:
     )
 
 
-def new_tokens(usage: Usage) -> int:
-    """Tokens a finished request allocated new blocks for (cached ones reuse blocks)."""
+def new_tokens(usage: Usage, assumed_cached: int = 0) -> int:
+    """Tokens a finished request allocated new blocks for (cached ones reuse blocks). A server
+    without --enable-prompt-tokens-details reports no cached tokens: `assumed_cached` (its
+    prefix, as if it hit) stands in, else every prefix would age by whole prompts."""
     prompt = usage.prompt_tokens or 0
-    return max(prompt - (usage.cached_tokens or 0), 0) + (usage.completion_tokens or 0)
+    cached = usage.cached_tokens if usage.cached_tokens is not None else assumed_cached
+    return max(prompt - cached, 0) + (usage.completion_tokens or 0)
 
 
 class KeepWarm:
@@ -131,7 +134,7 @@ class KeepWarm:
         self, up: Upstream, policy: KeepWarmPolicy, prefix_id: str | None, usage: Usage
     ) -> None:
         """Every prefix ages by the request's new tokens; the one it used is young again."""
-        fresh = new_tokens(usage)
+        fresh = new_tokens(usage, policy.expected.get(prefix_id or "", 0))
         for key in policy.hashes.values():
             self._age[(up.position, key)] = self._age.get((up.position, key), 0) + fresh
         if prefix_id is not None and prefix_id in policy.hashes:
