@@ -16,7 +16,7 @@ without the hedge and 0.988 / 741 with margin 2; RAG-only top-5 adds 870.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -26,6 +26,9 @@ DEFAULT_MARGIN = 1
 DEFAULT_HEDGE = 1
 # Dated sections pinned whole for a question's time expression (router and coverage eval).
 DEFAULT_MAX_DATED = 5
+# Retrieval hops: 2 adds one chunk found by searching with the best added chunk's own text
+# (opt-in: more sections visible, but SmolLM2's answers got worse with it; docs/plan.md).
+DEFAULT_HOPS = 1
 
 
 class ChunkHit(Protocol):
@@ -92,3 +95,20 @@ def choose_prefix(
         if prefix is not None:
             return prefix
     return default
+
+
+def second_hop(
+    pivot_hits: Sequence[ChunkHit], seen_sections: Collection[str], section_of: Callable[[str], str]
+) -> str | None:
+    """The second retrieval hop: the best-ranked chunk of a section the prompt does not show yet.
+
+    `pivot_hits` is the ranking of the first added chunk's own text (the best retrieved evidence
+    outside the prefix); `seen_sections` holds every section already visible (the routed prefix's,
+    the added chunks', the pinned dated ones). A question that needs two sections ("how is X
+    related to Y?") usually retrieves X's section first, and X's text names Y: searching with it
+    reaches Y's section where the question's own words rank it 9th-23rd. The router and the
+    coverage evaluation both call it, so they add the same chunk."""
+    for hit in pivot_hits:
+        if section_of(hit.id) not in seen_sections:
+            return hit.id
+    return None

@@ -173,7 +173,7 @@ def test_coverage_hand_computed(
     covered, in_prefix, retrieved, route_resident, misrouted, added = expected
     rows = [ResidentSet("case", "planner", resident, 0, 0, k)]
     report = evaluate_coverage(
-        index, questions(), rows, encoder, source="test", margin=margin, hedge=hedge
+        index, questions(), rows, encoder, source="test", margin=margin, hedge=hedge, hops=1
     )
     m = report.results[0].overall
     n = len(QUESTIONS)
@@ -240,6 +240,9 @@ def test_eval_defaults_are_the_routers() -> None:
     evaluate = inspect.signature(evaluate_coverage).parameters
     for name in ("margin", "hedge"):
         assert evaluate[name].default == route[name].default, name
+    from residency.serve.settings import ServeSettings
+
+    assert evaluate["hops"].default == ServeSettings.model_fields["hops"].default
 
 
 # --- the CLI -------------------------------------------------------------------------------
@@ -683,10 +686,10 @@ def test_the_dated_route_pins_the_period_s_sections_as_the_router_does(
     served = ResidentSet("served", "planner", frozenset({"note-mar-04::c1"}), 1, 0, 1)
     rag = ResidentSet("rag-top1", "rag", frozenset(), 0, 0, 1)
     rows = [served, rag]
-    plain = evaluate_coverage(dated_index, [IN_MARCH], rows, encoder, source="t", margin=0)
+    plain = evaluate_coverage(dated_index, [IN_MARCH], rows, encoder, source="t", margin=0, hops=1)
     dated = evaluate_coverage(
         dated_index, [IN_MARCH], rows, encoder, source="t", margin=0,
-        today=dt.date(2025, 6, 15), max_dated=5,
+        today=dt.date(2025, 6, 15), max_dated=5, hops=1,
     )  # fmt: skip
     # Top-1 retrieval adds manual-fog and misses note-mar-20; the dated route pins note-mar-20
     # whole (note-mar-04 is wholly in the prefix: not repeated); plain RAG pins nothing.

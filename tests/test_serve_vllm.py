@@ -357,7 +357,11 @@ def test_client_disconnect_cancels_the_upstream_request(
         events = sse_events(response)
         for _ in range(3):
             next(events)
-        assert metric(url, "vllm:num_requests_running") == 1
+        # vLLM sets the gauge after it has handed the step's tokens out: poll, don't read once
+        running = time.monotonic() + 10
+        while metric(url, "vllm:num_requests_running") != 1:
+            assert time.monotonic() < running, "vLLM does not report the streaming request"
+            time.sleep(0.1)
     deadline = time.monotonic() + 30
     while metric(url, "vllm:num_requests_running") != 0:
         assert time.monotonic() < deadline, "vLLM still runs the request of a gone client"

@@ -95,6 +95,9 @@ def coverage(
     hedge: Annotated[int, option_from(CoverageOptions, "hedge")] = default_of(
         CoverageOptions, "hedge"
     ),
+    hops: Annotated[int, option_from(CoverageOptions, "hops")] = default_of(
+        CoverageOptions, "hops"
+    ),
     prefetch: Annotated[int, option_from(CoverageOptions, "prefetch")] = default_of(
         CoverageOptions, "prefetch"
     ),
@@ -215,7 +218,8 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
     console.print(
         f"[bold]{report.evaluated}[/] questions ({escape(report.questions_source)}); index "
         f"{escape(s.index_dir)}: {retrieval}, chunks {s.chunker}; prefetch {s.prefetch}, "
-        f"margin {s.margin}, hedge {s.hedge}, long-tail route adds k={ks} chunks; added tokens "
+        f"margin {s.margin}, hedge {s.hedge}, long-tail route adds k={ks} chunks, {s.hops} "
+        f"hop(s); added tokens "
         f"counted with "
         f"{escape(s.tokenizer)}"
         + (f"; budget {s.budget_tokens} tokens" if s.budget_tokens else ""),

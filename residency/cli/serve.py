@@ -62,6 +62,7 @@ def serve(
         S, "margin"
     ),
     hedge: Annotated[int, option_from(S, "hedge", rich_help_panel=_ROUTE)] = default_of(S, "hedge"),
+    hops: Annotated[int, option_from(S, "hops", rich_help_panel=_ROUTE)] = default_of(S, "hops"),
     retriever: Annotated[
         RetrieverName, option_from(S, "retriever", rich_help_panel=_ROUTE)
     ] = default_of(S, "retriever"),

@@ -6,9 +6,8 @@ For one resident set (a plan's resident chunks, or nothing for RAG-only) and a q
 - The question's chunks are ranked once over the whole corpus (`Index.search_chunks(query,
   prefetch)`, resident chunks included) and routed by `residency.routing.decide_route` with the
   same `k`, `margin` and `hedge` as the router: route "resident" adds the best `hedge`
-  non-resident chunk(s) (insurance), route "long_tail" adds the top `k` non-resident chunks.
-  RAG-only top-k is the empty resident set: every question is routed long-tail and gets the top
-  k chunks.
+  non-resident chunk(s) (insurance), route "long_tail" adds the top `k` non-resident chunks
+  (RAG-only top-k: the empty resident set, every question gets the top k).
 - **Visible** chunks = resident chunks ∪ added chunks. A gold section is **visible** when at
   least one of its chunks is visible: a wholly resident section always is, and so is a section
   only partly resident (a part split at chunk boundaries) or one of whose chunks was retrieved.
@@ -26,10 +25,10 @@ For one resident set (a plan's resident chunks, or nothing for RAG-only) and a q
   (the router's own `residency.serve.context.pinned_dated`: retrieved ones first) are visible
   whole, unless wholly in the routed prefix; a long-tail chunk of a pinned section is not added
   again. Plain RAG rows pin nothing.
+- **Second hop** (`hops` 2): `residency.routing.second_hop`'s chunk last; plain RAG: one hop.
 - **Added tokens** (prompt tokens beyond the cached prefix): the sum over added chunks of
   count(render_chunk(chunk)) + 1 (the blank-line separator), counted with the plan's encoder, the
-  same way the planner prices a section. The question itself is the same for every strategy and
-  is not counted.
+  same way the planner prices a section (the question, the same for every strategy, is not).
 
 Rankings do not depend on the resident set, so `evaluate_coverage` ranks each distinct query
 once and scores every resident set on the same rankings.
@@ -40,6 +39,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 from residency.corpus.model import Chunk, Section
 from residency.eval.coverage_report import (
@@ -52,6 +52,7 @@ from residency.eval.coverage_report import (
 )
 from residency.eval.dated import DatedPinning, dated_pinning
 from residency.eval.defaults import DEFAULT_PREFETCH
+from residency.eval.hops import SecondHop
 from residency.eval.questions import UNTYPED, Question
 from residency.eval.traffic import TrafficStats
 from residency.index import Index, manifest_hash
@@ -60,6 +61,7 @@ from residency.planning.prefix import render_section
 from residency.retrieval import FusedHit
 from residency.routing import (
     DEFAULT_HEDGE,
+    DEFAULT_HOPS,
     DEFAULT_MARGIN,
     Route,
     choose_prefix,
@@ -173,13 +175,18 @@ def question_outcome(
     gold_sections: Sequence[Collection[str]] = (),
     pinned: Sequence[Collection[str]] = (),
     pinned_tokens: int = 0,
+    hop: Callable[[tuple[str, ...], Collection[str]], str | None] | None = None,
 ) -> Outcome:
     """Route one question and say whether its gold chunks are visible, and at what cost
     (`gold_sections`: the chunks of each gold section, for `all_visible`; `pinned`: the chunks
-    of each dated section pinned whole, costing `pinned_tokens`)."""
+    of each dated section pinned whole, costing `pinned_tokens`; `hop`: the second hop, given
+    the added chunks and the pinned ones)."""
     decision = decide_route(hits, resident, k=k, margin=margin, hedge=hedge)
     pinned_chunks = {c for chunks in pinned for c in chunks}
     added = [c for c in decision.long_tail_chunk_ids if c not in pinned_chunks]
+    extra = hop(tuple(added), pinned_chunks) if hop is not None else None
+    if extra is not None:
+        added.append(extra)
     visible = set(added) | pinned_chunks
     in_prefix = any(c in resident for c in gold_chunks)
     retrieved = not in_prefix and any(c in gold_chunks for c in visible)
@@ -241,12 +248,14 @@ def evaluate_resident_set(
     hedge: int = DEFAULT_HEDGE,
     question_tokens: Mapping[str, int] | None = None,
     dated: DatedPinning | None = None,
+    hops: SecondHop | None = None,
 ) -> StrategyResult:
     """Coverage of answerable `questions` (already ranked) under one resident set, and what each
     prompt costs (`question_tokens`: each query's tokens; none: the question counts 0; `dated`:
-    the router's dated route, for every row but plain RAG)."""
+    the router's dated route, `hops`: its second hop, both for every row but plain RAG)."""
     if resident.strategy == "rag":
         dated = None
+        hops = None
     by_type: dict[str, list[Outcome]] = {}
     outcomes: list[Outcome] = []
     prefix_of = routing_map(dict(resident.prefix_chunks))
@@ -272,6 +281,7 @@ def evaluate_resident_set(
         pinned, pinned_tokens = (
             dated.pinned(q.query, rankings[q.query], visible) if dated else ((), 0)
         )
+        hop = partial(hops.chunk, visible) if hops else None
         outcome = question_outcome(
             rankings[q.query],
             visible,
@@ -283,6 +293,7 @@ def evaluate_resident_set(
             gold_sections=gold_sections,
             pinned=pinned,
             pinned_tokens=pinned_tokens,
+            hop=hop,
         )
         own = (question_tokens or {}).get(q.query, 0)
         outcome = replace(
@@ -340,19 +351,21 @@ def evaluate_coverage(
     progress: Callable[[int], None] | None = None,
     today: dt.date | None = None,
     max_dated: int = 0,
+    hops: int = DEFAULT_HOPS,
 ) -> CoverageReport:
     """Rank every distinct answerable query once, then score each resident set on it
     (`max_dated` > 0: with the router's dated route, time expressions resolved against
-    `today`, default the date today)."""
+    `today`, default the date today; `hops` 2: with the router's second hop)."""
     answerable = [q for q in questions if q.relevant_ids]
     rankings = rank_queries(index, [q.query for q in answerable], prefetch, progress)
     tokens = chunk_token_counts(index, encoder)
     asked = {q.query: encoder.count(q.query) for q in answerable}
     dated = dated_pinning(index, encoder, today, max_dated)
+    second = SecondHop(index, prefetch) if hops > 1 else None
     results = rescued_of_rag(
         [
             evaluate_resident_set(
-                index, answerable, rankings, r, tokens, margin, hedge, asked, dated
+                index, answerable, rankings, r, tokens, margin, hedge, asked, dated, second
             )
             for r in resident_sets
         ]
@@ -375,6 +388,7 @@ def evaluate_coverage(
             prefetch=prefetch,
             margin=margin,
             hedge=hedge,
+            hops=hops,
             tokenizer=encoder.name,
             budget_tokens=budget_tokens,
             today=dated.today if dated else None,

@@ -14,7 +14,13 @@ from residency.eval.defaults import (
     DEFAULT_PREFETCH,
     DEFAULT_ZIPF_S,
 )
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN, DEFAULT_MAX_DATED
+from residency.routing import (
+    DEFAULT_HEDGE,
+    DEFAULT_HOPS,
+    DEFAULT_K,
+    DEFAULT_MARGIN,
+    DEFAULT_MAX_DATED,
+)
 
 DEFAULT_BUDGET_TOKENS = 30000
 
@@ -108,6 +114,13 @@ class CoverageOptions(BaseModel):
         ge=0,
         le=100,
         description="Non-resident chunks the resident route still adds (insurance).",
+    )
+    hops: int = Field(
+        default=DEFAULT_HOPS,
+        ge=1,
+        le=2,
+        description="Retrieval hops, as `residency serve --hops` (2: one more chunk found with "
+        "the best added chunk's text; plain RAG rows stay one hop).",
     )
     prefetch: int = Field(
         default=DEFAULT_PREFETCH,

@@ -99,6 +99,9 @@ class CoverageSettings(BaseModel):
     prefetch: int = Field(ge=1, description="Chunks ranked per question before routing.")
     margin: int = Field(ge=0, description="Routing margin (decide_route).")
     hedge: int = Field(ge=0, description="Chunks the resident route still adds (decide_route).")
+    hops: int = Field(
+        default=1, ge=1, description="Retrieval hops (2: routing.second_hop, plain RAG excepted)."
+    )
     tokenizer: str = Field(
         min_length=1, max_length=4096, description="Encoder the added tokens were counted with."
     )

@@ -117,6 +117,7 @@ def evaluate_plan_file(
         progress=progress.advance if progress else None,
         today=route.today,
         max_dated=route.max_dated,
+        hops=route.hops,
     )
 
 
@@ -305,6 +306,7 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         progress=progress.advance,
         today=opts.today,
         max_dated=opts.max_dated,
+        hops=opts.hops,
     )
     draws = [r for r in report.results if r.name.startswith("random#")]
     merged: list[StrategyResult] = []

@@ -251,6 +251,7 @@ class Index:
         self.sections: tuple[Section, ...] = tuple(sections)
         self.chunks: tuple[Chunk, ...] = tuple(chunks)
         self._section_by_id = {s.id: s for s in self.sections}
+        self._chunk_by_id = {c.id: c for c in self.chunks}
         self._chunk_section = {c.id: c.section_id for c in self.chunks}
         by_section: dict[str, list[Chunk]] = {}
         for c in self.chunks:
@@ -268,6 +269,10 @@ class Index:
     def has_section(self, section_id: str) -> bool:
         """True when the index holds a section with this id."""
         return section_id in self._section_by_id
+
+    def chunk(self, chunk_id: str) -> Chunk:
+        """The chunk with this id (KeyError if none)."""
+        return self._chunk_by_id[chunk_id]
 
     def section_of(self, chunk_id: str) -> str:
         """The section id of a chunk id."""

@@ -11,6 +11,7 @@ import datetime as dt
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, Protocol
 
 from residency.corpus.model import Chunk, Section
@@ -18,7 +19,7 @@ from residency.errors import ConfigError
 from residency.index import Index
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
-from residency.routing import ChunkHit, choose_prefix, decide_route, routing_map
+from residency.routing import ChunkHit, choose_prefix, decide_route, routing_map, second_hop
 from residency.serve.prompt import ContextBlock
 from residency.serve.pruner import Passage, PruneResult, prune
 from residency.serve.settings import RetrieverName, ServeSettings
@@ -26,6 +27,8 @@ from residency.timex import Period, resolve_period, select_dated
 from residency.vllm_client import Session
 
 RequestRoute = Literal["resident", "long_tail", "dated"]
+# Second-hop rankings kept per loaded index (one per pivot chunk; a few MB at most).
+PIVOT_CACHE = 4096
 
 
 class ChunkSearch(Protocol):
@@ -82,6 +85,13 @@ class ContextBuilder:
             for p in self.prefixes.values()
         }
         self._prefix_of = routing_map(self._prefix_chunks)
+        self._prefix_sections = {
+            p: frozenset(index.section_of(c) for c in chunks)
+            for p, chunks in self._prefix_chunks.items()
+        }
+        # The second hop's query is a chunk's own text: its ranking never changes while this
+        # index is loaded (lru_cache is safe from the threads retrieve runs on).
+        self._pivot_hits = lru_cache(maxsize=PIVOT_CACHE)(self._rank_chunk_text)
         self._chunks: dict[str, Chunk] = {c.id: c for c in index.chunks}
         self._retriever = _retriever(index, settings.retriever)
         self._pruner = (
@@ -108,6 +118,12 @@ class ContextBuilder:
         chunk_ids = tuple(
             c for c in decision.long_tail_chunk_ids if self.index.section_of(c) not in dated
         )
+        if s.hops > 1 and chunk_ids:
+            seen = self._prefix_sections[prefix].union(
+                dated, (self.index.section_of(c) for c in chunk_ids)
+            )
+            extra = second_hop(self._pivot_hits(chunk_ids[0]), seen, self.index.section_of)
+            chunk_ids += (extra,) if extra is not None else ()
         route: RequestRoute = "dated" if dated else decision.route
         return Retrieval(
             question=question,
@@ -119,6 +135,10 @@ class ContextBuilder:
             retrieval_s=time.perf_counter() - started,
             prefix_id=prefix,
         )
+
+    def _rank_chunk_text(self, chunk_id: str) -> tuple[ChunkHit, ...]:
+        """The ranking of one chunk's own text (the second hop's query)."""
+        return tuple(self._retriever.search(self._chunks[chunk_id].text, self.settings.prefetch))
 
     def prefix_text(self, prefix_id: str) -> str:
         """The exact system-message text of one resident prefix."""

@@ -10,7 +10,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from residency.retrieval.qdrant_schema import QdrantOptions
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN, DEFAULT_MAX_DATED
+from residency.routing import (
+    DEFAULT_HEDGE,
+    DEFAULT_HOPS,
+    DEFAULT_K,
+    DEFAULT_MARGIN,
+    DEFAULT_MAX_DATED,
+)
 from residency.serve.pruner_settings import PrunerSettings
 
 RetrieverName = Literal["hybrid", "bm25", "dense", "qdrant"]
@@ -104,6 +110,14 @@ class ServeSettings(BaseModel):
         ge=0,
         le=100,
         description="Long-tail chunks added even on the resident route.",
+    )
+    hops: int = Field(
+        default=DEFAULT_HOPS,
+        ge=1,
+        le=2,
+        description="Retrieval hops. 2: also search with the best added chunk's text and add "
+        "the best chunk of a section not shown yet (questions that need two sections); 1: the "
+        "question's own ranking only.",
     )
     retriever: RetrieverName = Field(
         default="hybrid",

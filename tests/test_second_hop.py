@@ -1,0 +1,142 @@
+"""The second retrieval hop (`--hops 2`) on a hand-made corpus: a question that needs two
+sections retrieves the first, whose text names the second; the router and the coverage
+evaluation add the same chunk for it (real files, a real BM25 index, the real ContextBuilder)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+import pytest
+
+from residency.eval.coverage import ResidentSet, evaluate_coverage, rank_queries
+from residency.eval.hops import SecondHop
+from residency.eval.questions import Question
+from residency.index import Index, IndexOptions, build_index, open_index
+from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.plan_model import CapacitySnapshot, write_plan
+from residency.query_log import LogEntry
+from residency.routing import second_hop
+from residency.serve.context import ContextBuilder
+from residency.serve.settings import ServeSettings
+from residency.tokenizer import LocalTokenizer
+
+SECTIONS = {
+    "kanzaki": (
+        "Kanzaki Lighthouse",
+        "Kanzaki Lighthouse stands on the northern cape. Its fog device is an Orca horn; the "
+        "Orca horn was fitted in 2019.",
+    ),
+    "orca": ("Orca horn", "The Orca horn blasts twice each minute, audible at four miles."),
+    "unoshima": ("Unoshima Lighthouse", "Unoshima Lighthouse flashes white every five seconds."),
+    "radio": ("Radio", "The radio room answers on channel 16 around the clock."),
+    "paint": ("Painting", "Towers are painted white and red every ten years."),
+}
+# Needs two sections: the question's words reach kanzaki; only kanzaki's text reaches orca.
+RELATION = Question(
+    query="How often does the fog device at Kanzaki Lighthouse sound?",
+    relevant_ids=("kanzaki", "orca"),
+    type="relation",
+)
+SIMPLE = Question(
+    query="Which channel does the radio room answer on?", relevant_ids=("radio",), type="simple"
+)
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Index:
+    root = tmp_path_factory.mktemp("hops")
+    (root / "docs").mkdir()
+    records = [orjson.dumps({"id": k, "title": t, "text": x}) for k, (t, x) in SECTIONS.items()]
+    (root / "docs" / "manual.jsonl").write_bytes(b"\n".join(records) + b"\n")
+    build_index(
+        root / "docs", root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir)
+    )
+    return open_index(root / "index")
+
+
+@pytest.fixture(scope="module")
+def encoder(tokenizer_dir: Path) -> LocalTokenizer:
+    return LocalTokenizer(tokenizer_dir)
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+
+
+def test_second_hop_takes_the_best_chunk_of_an_unseen_section() -> None:
+    hits = [Hit("a::c1"), Hit("a::c2"), Hit("b::c1"), Hit("c::c1")]
+    section_of = lambda c: c.split("::")[0]  # noqa: E731
+    assert second_hop(hits, {"a"}, section_of) == "b::c1"
+    assert second_hop(hits, {"a", "b"}, section_of) == "c::c1"
+    assert second_hop(hits, {"a", "b", "c"}, section_of) is None
+    assert second_hop([], set(), section_of) is None
+
+
+def test_the_corpus_ranks_as_the_test_assumes(index: Index) -> None:
+    first = [index.section_of(h.id) for h in index.search_chunks(RELATION.query, 5)]
+    assert first[0] == "kanzaki"  # one hop at k=1 shows kanzaki only
+    text = index.chunk("kanzaki::c1").text
+    pivot = [index.section_of(h.id) for h in index.search_chunks(text, 3)]
+    assert pivot[:2] == ["kanzaki", "orca"]
+
+
+def test_two_hops_show_both_sections_of_a_relation_question(
+    index: Index, encoder: LocalTokenizer
+) -> None:
+    planned = ResidentSet("planned", "planner", frozenset({"paint::c1"}), 1, 0, 1)
+    rag = ResidentSet("rag-top1", "rag", frozenset(), 0, 0, 1)
+    rows = [planned, rag]
+    one = evaluate_coverage(index, [RELATION], rows, encoder, source="t", hedge=0, hops=1)
+    two = evaluate_coverage(index, [RELATION], rows, encoder, source="t", hedge=0, hops=2)
+    assert [r.overall.coverage_all for r in one.results] == [0.0, 0.0]
+    assert [r.overall.coverage for r in one.results] == [1.0, 1.0]
+    assert two.results[0].overall.coverage_all == 1.0
+    assert two.results[0].overall.mean_added_chunks == 2  # kanzaki, then orca
+    orca_tokens = encoder.count(f"[id: orca] Orca horn\n{SECTIONS['orca'][1]}") + 1
+    extra = two.results[0].overall.mean_added_tokens - one.results[0].overall.mean_added_tokens
+    assert extra == orca_tokens
+    assert two.results[1].overall == one.results[1].overall  # plain RAG stays one hop
+    assert (one.settings.hops, two.settings.hops) == (1, 2)
+
+
+def test_the_second_hop_skips_sections_the_prefix_already_holds(index: Index) -> None:
+    hop = SecondHop(index, 40)
+    assert hop.chunk(frozenset(), ("kanzaki::c1",), ()) == "orca::c1"
+    assert hop.chunk(frozenset({"orca::c1"}), ("kanzaki::c1",), ()) not in {"orca::c1", None}
+    assert hop.chunk(frozenset(), ("kanzaki::c1",), {"orca::c1"}) != "orca::c1"  # pinned
+    assert hop.chunk(frozenset(), (), ()) is None  # nothing added: no pivot
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_router_and_eval_add_the_same_chunks(
+    index: Index, encoder: LocalTokenizer, tmp_path: Path, hops: int
+) -> None:
+    capacity = CapacitySnapshot(
+        model="tiny", host="test", max_model_len=200, kv_cache_tokens=200, block_size=16,
+        is_hybrid=False, resident_budget_tokens=200, binding_constraint="max_model_len",
+        reasoning="test",
+    )  # fmt: skip
+    log = [LogEntry(query="When are the towers painted white and red?", count=9)]
+    plan = build_plan(index, log_mass(index, log), capacity, encoder, PlanOptions())
+    assert "paint::c1" in plan.resident_chunk_ids()
+    assert not plan.resident_chunk_ids() & {"kanzaki::c1", "orca::c1", "radio::c1"}
+    path = tmp_path / "plan.json"
+    write_plan(plan, path)
+    settings = ServeSettings(
+        plan=path, upstreams=("http://x",), log=None, retriever="bm25", hops=hops, k=1, hedge=0
+    )
+    builder = ContextBuilder(plan, index, settings)
+    hop = SecondHop(index, settings.prefetch) if hops > 1 else None
+    resident = frozenset(plan.resident_chunk_ids())
+    for question in (RELATION, SIMPLE):
+        routed = builder.retrieve(question.query)
+        hits = rank_queries(index, [question.query], settings.prefetch)[question.query]
+        first = (hits[0].id,)
+        extra = hop.chunk(resident, first, ()) if hop else None
+        assert routed.chunk_ids == (*first, *([extra] if extra else [])), question.query
+    assert builder.retrieve(RELATION.query).chunk_ids[-1] == (
+        "orca::c1" if hops == 2 else "kanzaki::c1"
+    )
