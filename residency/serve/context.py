@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal, Protocol
 
-from residency.corpus.model import Chunk, Section
+from residency.corpus.model import Section
 from residency.errors import ConfigError
 from residency.index import Index
 from residency.planning.plan_model import ResidencyPlan
@@ -92,7 +92,6 @@ class ContextBuilder:
         # The second hop's query is a chunk's own text: its ranking never changes while this
         # index is loaded (lru_cache is safe from the threads retrieve runs on).
         self._pivot_hits = lru_cache(maxsize=PIVOT_CACHE)(self._rank_chunk_text)
-        self._chunks: dict[str, Chunk] = {c.id: c for c in index.chunks}
         self._retriever = _retriever(index, settings.retriever)
         self._pruner = (
             settings.pruner.model_copy(update={"language": index.language.code})
@@ -138,7 +137,8 @@ class ContextBuilder:
 
     def _rank_chunk_text(self, chunk_id: str) -> tuple[ChunkHit, ...]:
         """The ranking of one chunk's own text (the second hop's query)."""
-        return tuple(self._retriever.search(self._chunks[chunk_id].text, self.settings.prefetch))
+        text = self.index.chunk(chunk_id).text
+        return tuple(self._retriever.search(text, self.settings.prefetch))
 
     def prefix_text(self, prefix_id: str) -> str:
         """The exact system-message text of one resident prefix."""
@@ -149,7 +149,7 @@ class ContextBuilder:
         kept = retrieval.chunk_ids
         result: PruneResult | None = None
         if self._pruner is not None and len(kept) > self._pruner.keep_top_k:
-            passages = [Passage(id=c, text=self._chunks[c].text) for c in kept]
+            passages = [Passage(id=c, text=self.index.chunk(c).text) for c in kept]
             result = await prune(http, self._pruner, retrieval.question, passages)
             kept = result.kept_ids
         sections = (*retrieval.dated_section_ids, *(self.index.section_of(c) for c in kept))
@@ -170,7 +170,7 @@ class ContextBuilder:
         return render_passage(section, section.text)
 
     def _render_chunk(self, chunk_id: str) -> str:
-        chunk = self._chunks[chunk_id]
+        chunk = self.index.chunk(chunk_id)
         return render_passage(self.index.section(chunk.section_id), chunk.text)
 
 

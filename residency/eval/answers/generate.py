@@ -18,11 +18,11 @@ All answers: temperature 0, a fixed max_tokens, streamed (TTFT apart from decode
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from residency.corpus.model import Chunk, Section
+from residency.corpus.model import Section
 from residency.errors import UpstreamError
 from residency.eval.answers.options import StrategyName
 from residency.eval.answers.records import AnswerQuestion
@@ -110,7 +110,6 @@ class RagStrategy:
 
     def __init__(self, index: Index, generator: Endpoint, k: int, max_tokens: int) -> None:
         self._index = index
-        self._chunks: Mapping[str, Chunk] = {c.id: c for c in index.chunks}
         self._generator = generator
         self.k: int | None = k
         self.name = f"rag-top{k}"
@@ -124,7 +123,7 @@ class RagStrategy:
         elapsed = time.perf_counter() - started
         passages: list[str] = []
         for hit in hits:
-            chunk = self._chunks[hit.id]
+            chunk = self._index.chunk(hit.id)
             passages.append(render_passage(self._index.section(chunk.section_id), chunk.text))
         retrieved = unique([self._index.section_of(h.id) for h in hits])
         return rag_messages(self._index.language, passages, query), retrieved, elapsed
