@@ -51,6 +51,18 @@ def vector_isa(flags: str) -> str:
     return next((isa for isa in _ISA_ORDER if isa in present), "none")
 
 
+def cpu_flags(proc: Path = Path("/proc")) -> frozenset[str]:
+    """The CPU feature flags /proc/cpuinfo lists (``flags`` on x86, ``Features`` on Arm); empty
+    where there is no such file. Linux clears a flag the OS does not enable (e.g. AVX-512 state),
+    so these are the features a program here can use."""
+    try:
+        text = (proc / "cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    listed = _cpuinfo_field(text, "flags") or _cpuinfo_field(text, "Features") or ""
+    return frozenset(listed.split())
+
+
 def machine_info(proc: Path = Path("/proc")) -> MachineInfo:
     """This machine, read from /proc where it exists (platform's names elsewhere)."""
     try:

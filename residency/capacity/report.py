@@ -15,6 +15,7 @@ from planner import (
     build_kv_layout,
     plan_capacity,
 )
+from planner.units import DTypeFlag
 from residency.capacity.gpu import LiveGpu
 from residency.capacity.profiles import (
     DEFAULT_MODEL,
@@ -25,6 +26,7 @@ from residency.capacity.profiles import (
 from residency.capacity.ranks import estimate_rank_memory, read_host_gpus
 from residency.capacity.request import CapacityRequest
 from residency.errors import ConfigError
+from residency.machine import cpu_flags
 from residency.vllm_client import VllmClient
 from residency.vllm_client.sync_client import label_int
 
@@ -108,15 +110,7 @@ def _cpu_has_avx512_bf16() -> bool:
     (CPUID through the cpuinfo library); Linux lists the same CPUID bit as the `avx512_bf16`
     flag in /proc/cpuinfo (cleared when the OS does not enable AVX-512 state), which is read
     here so planning needs no torch."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="ignore")
-    except OSError:
-        return False
-    return any(
-        "avx512_bf16" in line.split()
-        for line in text.splitlines()
-        if line.startswith(("flags", "Features"))
-    )
+    return "avx512_bf16" in cpu_flags()
 
 
 def _resolve_cpu_avx512_bf16(req: CapacityRequest) -> tuple[bool, str | None]:
@@ -263,6 +257,26 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
     return _report(plan, inputs, memory)
 
 
+def _server_dtype(
+    model: ResolvedModel, settings: CacheSettings, kv_bytes: int, num_blocks: int
+) -> CacheSettings:
+    """`settings` with the model dtype the server runs: the one whose page size splits its KV
+    bytes into exactly its block count.
+
+    vLLM's metrics do not name `--dtype`, but the block count does: a server started with
+    `--dtype float32` (residency's choice on a CPU without native bf16, `residency.cpu_dtype`)
+    holds half the blocks a bfloat16 one holds in the same bytes. The config's dtype is tried
+    first, so a match there changes nothing; with no match the settings stay as they are and the
+    comparison shows the disagreement.
+    """
+    candidates: list[DTypeFlag] = ["auto", "bfloat16", "float32", "float16"]
+    for dtype in candidates:
+        tried = settings.model_copy(update={"dtype": dtype})
+        if kv_bytes // build_kv_layout(model.spec, tried).bytes_per_block == num_blocks:
+            return tried
+    return settings
+
+
 def _server_report(req: CapacityRequest) -> CapacityReport:
     assert req.server is not None
     with VllmClient(req.server) as client:
@@ -295,11 +309,13 @@ def _server_report(req: CapacityRequest) -> CapacityReport:
         )
     if labels.get("enable_prefix_caching") in ("True", "False"):
         overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
-    settings = _settings(req, **overrides)
     num_blocks = label_int(labels, "num_gpu_blocks") or 0
     kv_bytes = label_int(labels, "kv_cache_memory_bytes")
     if label_int(labels, "num_gpu_blocks_override") is not None:
         kv_bytes = None  # --num-gpu-blocks-override caps the pool below the KV bytes
+    settings = _settings(req, **overrides)
+    if req.cache.dtype == "auto" and kv_bytes is not None:
+        settings = _server_dtype(model, settings, kv_bytes, num_blocks)
     layout = build_kv_layout(model.spec, settings)
     source = "server label kv_cache_memory_bytes"
     if kv_bytes is None:

@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from residency.cli.bench import parse_lengths
 from residency.cli.fields import bind, default_of, option_from
+from residency.cpu_dtype import CpuDtypeFlag
 from residency.demo.options import DemoModel, DemoOptions
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ def demo(
     ] = None,
     repeats: Annotated[int, option_from(D, "repeats")] = default_of(D, "repeats"),
     cold_repeats: Annotated[int, option_from(D, "cold_repeats")] = default_of(D, "cold_repeats"),
+    dtype: Annotated[CpuDtypeFlag, option_from(D, "dtype")] = default_of(D, "dtype"),
+    python: Annotated[Path, option_from(D, "python", show_default=False)] = default_of(D, "python"),
     keep_running: Annotated[bool, option_from(D, "keep_running", "--keep-running")] = (
         default_of(D, "keep_running")
     ),
@@ -88,7 +91,8 @@ def render(report: DemoReport, console: Console) -> None:
 
     console.print(f"[bold]machine[/]: {escape(report.machine.describe())}", highlight=False)
     console.print(
-        f"[bold]model[/]: {escape(report.served_model)} ({report.model}); "
+        f"[bold]model[/]: {escape(report.served_model)} ({report.model}, "
+        f"{report.dtype.dtype}); "
         f"[bold]plan[/]: {report.resident_sections} of {report.total_sections} sections of "
         f"{escape(report.sample)} resident{_prefixes(report)}, prefix {report.prefix_tokens:,} "
         f"of {report.resident_budget_tokens:,} budget tokens; warm: "

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.cpu_dtype import DTYPE_FLAG_HELP, CpuDtypeFlag
 from residency.demo.budget import DEFAULT_TIME_BUDGET_S
 from residency.paths import cache_root
 
@@ -62,9 +63,17 @@ class DemoOptions(BaseModel):
     cache_dir: Path = Field(
         default_factory=cache_root, description="Model, tokenizer and index cache."
     )
-    python: Path = Field(default=Path(sys.executable), description="Interpreter that runs vLLM.")
-    kv_cache_space_gib: int = Field(
-        default=1, ge=1, le=1024, description="VLLM_CPU_KVCACHE_SPACE (GiB)."
+    python: Path = Field(
+        default=Path(sys.executable),
+        description="Interpreter that runs vLLM's CPU server (default: this one).",
+    )
+    dtype: CpuDtypeFlag = Field(default="auto", description=DTYPE_FLAG_HELP)
+    kv_cache_space_gib: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="VLLM_CPU_KVCACHE_SPACE (GiB; default: 1 in bfloat16, 2 in float32, the same "
+        "46,592 KV tokens for SmolLM2).",
     )
     today: dt.date = Field(default=DEFAULT_TODAY, description="--today for time expressions.")
     startup_timeout_s: float = Field(

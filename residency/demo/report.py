@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.bench import BenchReport
+from residency.cpu_dtype import DtypeChoice
 from residency.demo.options import DemoModel
 from residency.demo.questions import QuestionResult
 from residency.demo.servers import ProcessInfo
@@ -50,6 +51,7 @@ class DemoReport(BaseModel):
     model: DemoModel = Field(description="smollm2 (real weights) or tiny (random weights).")
     served_model: str = Field(min_length=1, max_length=256, description="vLLM's model name.")
     model_dir: str = Field(min_length=1, max_length=4096, description="The model served.")
+    dtype: DtypeChoice = Field(description="The vLLM server's --dtype and why it was chosen.")
     sample: str = Field(min_length=1, max_length=256, description="The sample corpus planned.")
     plan_path: str = Field(min_length=1, max_length=4096, description="plan.json.")
     query_log: str = Field(min_length=1, max_length=4096, description="The router's query log.")

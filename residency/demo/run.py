@@ -31,6 +31,7 @@ from residency.bench import BenchOptions, coverage_vs_budget, plot_bench, run_be
 from residency.bench.ttft import cold_ttfts
 from residency.capacity.request import CapacityRequest
 from residency.corpus.samples import DATA_ROOT, EN_SAMPLE, JA_SAMPLE, SampleCorpus
+from residency.cpu_dtype import choose_cpu_dtype, same_tokens_gib, with_dtype
 from residency.demo.budget import (
     PROBE_TOKENS,
     STOP_RESERVE_S,
@@ -204,6 +205,8 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
         kind = "real weights" if model == "smollm2" else "random weights"
         detail.append(f"{served.served_name} ({kind}) at {served.model_dir}")
 
+    dtype = choose_cpu_dtype(options.dtype)
+    steps.say(f"· dtype {dtype.reason}")
     port = free_port()
     vllm = servers.add(
         ManagedServer(
@@ -214,11 +217,11 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
                 port,
                 served.served_name,
                 served.max_model_len,
-                VLLM_ARGS,
+                with_dtype(VLLM_ARGS, dtype),
             ),
             port=port,
             log_path=out / "vllm.log",
-            env=vllm_env(options.kv_cache_space_gib),
+            env=vllm_env(options.kv_cache_space_gib or same_tokens_gib(dtype.dtype, 1)),
             cwd=PACKAGE_PARENT,
             die_with_parent=not options.keep_running,
         )
@@ -330,6 +333,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
         "model": served.model,
         "served_model": served.served_name,
         "model_dir": str(served.model_dir),
+        "dtype": dtype,
         "sample": served.sample.name,
         "plan_path": str(plan_path),
         "query_log": str(query_log),

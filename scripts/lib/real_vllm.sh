@@ -4,8 +4,13 @@
 # whatever happens.
 PY=.venv/bin/python
 R=(.venv/bin/residency)
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 VLLM_CPU_KVCACHE_SPACE=1 \
-    TOKENIZERS_PARALLELISM=false
+# --dtype by the CPU (residency.cpu_dtype: bfloat16 with AMX-BF16 or AVX512-BF16, float32
+# elsewhere; DTYPE=... overrides), and a KV space that holds the same 46,592 tokens in either.
+DTYPE=${DTYPE:-$("$PY" -c 'from residency.cpu_dtype import choose_cpu_dtype; print(choose_cpu_dtype().dtype)')}
+if [[ $DTYPE == float32 ]]; then KV_GIB=2; else KV_GIB=1; fi
+echo "vLLM --dtype $DTYPE, VLLM_CPU_KVCACHE_SPACE=$KV_GIB" >&2
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 \
+    VLLM_CPU_KVCACHE_SPACE=$KV_GIB TOKENIZERS_PARALLELISM=false
 MODEL_DIR=$("${R[@]}" model build smollm2 --json \
     | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["path"])')
 pids=()
@@ -22,7 +27,7 @@ start_vllm() {
     VLLM_SERVER_DEV_MODE=1 setsid "$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
         --served-model-name SmolLM2-135M-Instruct --host 127.0.0.1 --port "$port" \
         --max-model-len 8192 --enforce-eager --enable-prefix-caching \
-        --enable-prompt-tokens-details \
+        --enable-prompt-tokens-details --dtype "$DTYPE" \
         "$@" > "$log" 2>&1 &
     pids+=($!)
     VLLM="http://127.0.0.1:$port"
