@@ -27,7 +27,7 @@ CpuDtypeFlag = Literal["auto", "bfloat16", "float32"]
 NATIVE_BF16_FLAGS: tuple[str, ...] = ("amx_bf16", "avx512_bf16")
 
 DTYPE_FLAG_HELP = (
-    "--dtype of the vLLM CPU server: auto picks bfloat16 where the CPU has AMX-BF16 or "
+    "The vLLM CPU server's --dtype: auto picks bfloat16 where the CPU has AMX-BF16 or "
     "AVX512-BF16 and float32 elsewhere (bf16 is emulated there, at about half float32's "
     "prefill speed)."
 )

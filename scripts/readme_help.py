@@ -57,19 +57,13 @@ def regenerate(text: str) -> str:
 def leaf_commands() -> Iterator[str]:
     """Every command a user can run ('plan', 'eval answers', ...), as the CLI declares them."""
     sys.path.insert(0, str(REPO))
-    import typer.main
+    from typer.core import TyperGroup
 
-    from residency.cli import app
+    from residency.cli import walk_commands
 
-    def walk(command: object, path: tuple[str, ...]) -> Iterator[str]:
-        sub = getattr(command, "commands", None)
-        if sub:
-            for name, child in sub.items():
-                yield from walk(child, (*path, name))
-        else:
+    for path, command in walk_commands():
+        if not isinstance(command, TyperGroup):
             yield " ".join(path)
-
-    yield from walk(typer.main.get_command(app), ())
 
 
 def undocumented(text: str) -> list[str]:

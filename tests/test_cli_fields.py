@@ -10,28 +10,25 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-import typer
 from pydantic import BaseModel, Field
 from residency_cli import run_cli
+from typer.core import TyperGroup
 from typer.models import OptionInfo
 
-from residency.cli import app
+from residency.cli import walk_commands
 from residency.cli.fields import BOUND_FIELD, bind, default_of, flag_of, help_text, option_from
 from residency.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _callbacks(group: typer.Typer, path: str = "") -> Iterator[tuple[str, Callable[..., Any]]]:
-    for info in group.registered_commands:
-        assert info.callback is not None
-        yield f"{path}{info.name or info.callback.__name__}", info.callback
-    for sub in group.registered_groups:
-        assert sub.typer_instance is not None
-        yield from _callbacks(sub.typer_instance, f"{path}{sub.name} ")
+def _callbacks() -> Iterator[tuple[str, Callable[..., Any]]]:
+    for path, command in walk_commands():
+        if path and command.callback is not None and not isinstance(command, TyperGroup):
+            yield " ".join(path), command.callback
 
 
-COMMANDS = dict(_callbacks(app))
+COMMANDS = dict(_callbacks())
 
 
 def _bound(callback: Callable[..., Any]) -> Iterator[tuple[str, Any, OptionInfo, Any]]:
@@ -68,8 +65,7 @@ def test_bound_options_are_their_fields(command: str) -> None:
 
 
 def test_the_big_commands_bind_their_flags() -> None:
-    counts = {c: len(list(_bound(COMMANDS[c]))) for c in ("plan", "serve")}
-    assert counts["plan"] >= 20, counts
+    counts = {c: len(list(_bound(COMMANDS[c]))) for c in ("serve",)}
     assert counts["serve"] >= 10, counts
 
 

@@ -9,26 +9,17 @@ from collections.abc import Iterator
 
 import pytest
 import typer.core
-import typer.main
 from typer.testing import CliRunner
 
-from residency.cli import app
+from residency.cli import app, walk_commands
 
 WIDTH = 80
 
 
 def _commands() -> Iterator[tuple[tuple[str, ...], object]]:
-    root = typer.main.get_command(app)
-
-    def walk(command: object, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], object]]:
-        sub = getattr(command, "commands", None)
-        if sub:
-            for name, child in sub.items():
-                yield from walk(child, (*path, name))
-        else:
+    for path, command in walk_commands():
+        if not isinstance(command, typer.core.TyperGroup):
             yield path, command
-
-    yield from walk(root, ())
 
 
 COMMANDS = list(_commands())
@@ -62,13 +53,7 @@ def test_profile_names_are_whole_at_80_columns() -> None:
 
 
 def _groups() -> list[tuple[tuple[str, ...], typer.core.TyperGroup]]:
-    root = typer.main.get_command(app)
-    assert isinstance(root, typer.core.TyperGroup)
-    found = [((), root)]
-    for name, child in root.commands.items():
-        if isinstance(child, typer.core.TyperGroup):
-            found.append(((name,), child))
-    return found
+    return [(p, c) for p, c in walk_commands() if isinstance(c, typer.core.TyperGroup)]
 
 
 GROUPS = _groups()
@@ -82,6 +67,8 @@ def test_a_group_lists_every_command_with_its_help_at_80_columns(
     assert result.exit_code == 0, result.output
     assert max(len(line) for line in result.output.splitlines()) <= WIDTH
     assert "…" not in result.output
-    for name, command in group.commands.items():
+    children = {p[-1]: c for p, c in walk_commands() if p[:-1] == path and p}
+    assert children, path
+    for name, command in children.items():
         first_words = " ".join((command.help or "").split()[:2])
         assert re.search(rf"│ {re.escape(name)} +{re.escape(first_words)}", result.output), name

@@ -22,6 +22,7 @@ CROSS_CUTTING = frozenset(
     {
         "atomic",
         "errors",
+        "flags",
         "launcher",
         "lazy_exports",
         "machine",

@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.corpus.samples import JA_SAMPLE
+from residency.flags import Flag
 
 DEFAULT_LENGTHS: tuple[int, ...] = (2000, 8000, 16000, 30000)
 
@@ -26,7 +27,7 @@ class BenchOptions(BaseModel):
         max_length=4096,
         description="Served model (default: the server's only one).",
     )
-    lengths: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+    lengths: Annotated[tuple[Annotated[int, Field(ge=1)], ...], Flag(comma=True)] = Field(
         default=DEFAULT_LENGTHS,
         min_length=1,
         max_length=64,
@@ -42,7 +43,7 @@ class BenchOptions(BaseModel):
     request_timeout_s: float = Field(
         default=600.0, gt=0, le=86_400, description="Seconds one send may take."
     )
-    api_key: str | None = Field(
+    api_key: Annotated[str | None, Flag(envvar="VLLM_API_KEY")] = Field(
         default=None, max_length=4096, description="Bearer token (vLLM --api-key)."
     )
     text_dir: Path = Field(

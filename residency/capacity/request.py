@@ -3,12 +3,17 @@ to bind its flags to at import time (`residency/cli/fields.py`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner import CacheSettings, Reserves
 from residency.capacity.profiles import DEFAULT_MODEL, DEFAULT_PROFILE
+from residency.flags import Flag, Section
+
+HOST = "Host (pick one: --profile, --gpu auto, --kv-cache-memory-bytes, --server)"
+VLLM = "vLLM flags"
+RESERVES = "Per-request reserves"
 
 DEFAULT_MAX_MODEL_LEN = 32768
 
@@ -23,52 +28,78 @@ class CapacityRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    model: str | None = Field(
+    model: Annotated[str | None, Flag(panel=HOST)] = Field(
         default=None,
         description=f"Model profile name or local HF model dir / config.json "
         f"(default: {DEFAULT_MODEL}).",
     )
-    profile: str | None = Field(
+    profile: Annotated[str | None, Flag(panel=HOST)] = Field(
         default=None,
         description=f"GPU profile (default: {DEFAULT_PROFILE}); see `residency profiles`.",
     )
-    gpu: Literal["auto"] | None = Field(
+    gpu: Annotated[Literal["auto"] | None, Flag(panel=HOST)] = Field(
         default=None, description="auto: read the live GPU through NVML."
     )
-    gpu_index: int = Field(
+    gpu_index: Annotated[int, Flag(panel=HOST)] = Field(
         default=0,
         ge=0,
         description="--gpu auto: first visible CUDA device the plan uses (CUDA_VISIBLE_DEVICES "
         "applied; vLLM itself starts at 0).",
     )
-    server: str | None = Field(
+    server: Annotated[str | None, Flag(panel=HOST)] = Field(
         default=None, description="URL of a running vLLM: read its own KV numbers and compare."
     )
-    cache: CacheSettings = Field(
-        default_factory=_default_cache, description="The vLLM flags that shape the KV cache."
-    )
-    cpu_avx512_bf16: bool | None = Field(
+    cache: Annotated[
+        CacheSettings,
+        Section(
+            panel=VLLM,
+            flags={
+                "tensor_parallel_size": Flag("--tensor-parallel-size", "-tp"),
+                "pipeline_parallel_size": Flag("--pipeline-parallel-size", "-pp"),
+            },
+            # Set from the answer to --cpu-avx512-bf16 (the request's tri-state, below).
+            skip=frozenset({"cpu_avx512_bf16", "max_concurrent_batches"}),
+        ),
+    ] = Field(default_factory=_default_cache, description="The vLLM flags that shape the KV cache.")
+    cpu_avx512_bf16: Annotated[
+        bool | None,
+        Flag("--cpu-avx512-bf16/--no-cpu-avx512-bf16", panel=VLLM, show_default=False),
+    ] = Field(
         default=None,
         description="--platform cpu, hybrid models: the serving CPU has AVX512-BF16, so vLLM "
         "keeps GDN state in float32 unless --mamba-ssm-cache-dtype is 16-bit (default: detect "
         "on this host, taken as the serving host).",
     )
-    gpu_memory_utilization: float = Field(
+    gpu_memory_utilization: Annotated[float, Flag(panel=VLLM)] = Field(
         default=0.9,
         gt=0,
         le=1,
         description="--gpu-memory-utilization: the share of GPU memory vLLM may use, in (0, 1].",
     )
-    kv_cache_memory_bytes: int | None = Field(
+    kv_cache_memory_bytes: Annotated[int | None, Flag(panel=VLLM)] = Field(
         default=None,
         ge=1,
         description="--kv-cache-memory-bytes: KV bytes, bypassing memory profiling.",
     )
-    max_num_seqs: int = Field(
+    max_num_seqs: Annotated[int, Flag(panel=VLLM)] = Field(
         default=256,
         ge=1,
         description="--max-num-seqs: sequences per scheduler step (sizes the sampler's warm-up "
         "memory).",
     )
-    enforce_eager: bool = Field(default=False, description="--enforce-eager: no CUDA-graph memory.")
-    reserves: Reserves = Field(default_factory=Reserves, description="Per-request reserves.")
+    enforce_eager: Annotated[bool, Flag(panel=VLLM)] = Field(
+        default=False, description="--enforce-eager: no CUDA-graph memory."
+    )
+    reserves: Annotated[
+        Reserves,
+        Section(
+            panel=RESERVES,
+            flags={
+                "question_tokens": Flag("--reserve-question"),
+                "retrieved_tokens": Flag("--reserve-retrieved"),
+                "output_tokens": Flag("--reserve-output"),
+                "template_tokens": Flag("--reserve-template"),
+                "concurrent_requests": Flag("--concurrency"),
+            },
+        ),
+    ] = Field(default_factory=Reserves, description="Per-request reserves.")

@@ -5,96 +5,106 @@ Imported by nothing but `residency.__main__`. May import: everything.
 
 from __future__ import annotations
 
+import ast
+import importlib
 import sys
-from types import ModuleType
+from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+from typer import _click as click  # typer ships its own click
+from typer.core import TyperGroup
+from typer.models import CommandInfo
 
-from residency.cli.help import use_readable_help
+from residency.cli.help import ResidencyCommand, ResidencyGroup, use_readable_help
 from residency.errors import USER_ERRORS
+
+_COMMANDS = (
+    "plan", "profiles", "index", "eval", "corpus", "model", "warm", "serve", "bench", "demo",
+)  # fmt: skip
+_GROUPS = frozenset({"eval", "corpus", "model"})
+_HERE = Path(__file__).parent
+
+
+def summary(name: str) -> str:
+    """A command's help read from its module's source without importing it (the command
+    function's docstring, or a group's `Typer(help=...)`): `residency --help` stays instant."""
+    for node in ast.parse((_HERE / f"{name}.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return ast.get_docstring(node) or ""
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "app" for t in node.targets)
+            and isinstance(node.value, ast.Call)
+        ):
+            helps = [k.value for k in node.value.keywords if k.arg == "help"]
+            return str(ast.literal_eval(helps[0])) if helps else ""
+    return ""
+
+
+class LazyGroup(ResidencyGroup):
+    """`residency`: each command's module is imported when click looks the command up by name
+    (`residency plan ...` imports cli/plan.py and no other command's module)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        # typer lists commands before groups: the same order here
+        return sorted(_COMMANDS, key=lambda n: n in _GROUPS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        module = importlib.import_module(f"residency.cli.{cmd_name}")
+        if cmd_name in _GROUPS:
+            sub: typer.Typer = module.app
+            use_readable_help(sub)
+            return typer.main.get_group(sub)
+        info = CommandInfo(name=cmd_name, callback=getattr(module, cmd_name), cls=ResidencyCommand)
+        return typer.main.get_command_from_info(
+            info, pretty_exceptions_short=True, rich_markup_mode=None
+        )
+
+    def summary(self, cmd_name: str) -> str:
+        """The command's first help paragraph, without importing it."""
+        return summary(cmd_name)
+
 
 app = typer.Typer(
     name="residency",
-    help="Plan, warm and serve a resident prompt prefix for vLLM hosts.",
+    cls=LazyGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
+
+@app.callback()
+def _root() -> None:
+    """Plan, warm and serve a resident prompt prefix for vLLM hosts."""
+
+
+def walk_commands() -> Iterator[tuple[tuple[str, ...], click.Command]]:
+    """Every command and group of the CLI, each loaded, root first (docs and tests)."""
+    root = typer.main.get_command(app)
+
+    def walk(
+        command: click.Command, path: tuple[str, ...]
+    ) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+        yield path, command
+        if isinstance(command, TyperGroup):
+            ctx = click.Context(command, info_name=path[-1] if path else "residency")
+            for name in command.list_commands(ctx):
+                child = command.get_command(ctx, name)
+                if child is not None and not child.hidden:
+                    yield from walk(child, (*path, name))
+
+    yield from walk(root, ())
+
+
 _err = Console(stderr=True, soft_wrap=True)
-
-
-_COMMANDS = (
-    "plan", "profiles", "index", "eval", "corpus", "model", "warm", "serve", "bench", "demo",
-)  # fmt: skip
-
-
-_GROUPS = frozenset({"eval", "corpus", "model"})
-
-
-def _register(only: str | None = None) -> None:
-    """Register every command, or only `only` (and a hidden placeholder that keeps `residency`
-    a group): `residency plan ...` then imports the plan command's module and not the others'."""
-    import importlib
-
-    def load(name: str) -> ModuleType:
-        return importlib.import_module(f"residency.cli.{name}")
-
-    wanted = [only] if only else list(_COMMANDS)
-    for name in wanted:
-        module = load(name)
-        if name in _GROUPS:
-            app.add_typer(module.app, name=name)
-        else:
-            app.command(name)(getattr(module, name))
-    if only:
-        app.command("_", hidden=True)(lambda: None)
-    use_readable_help(app)
-
-
-def _register_summaries() -> None:
-    """`residency --help` alone: each command as a stub carrying its own help, read from its
-    module's source (the command's docstring, a group's `Typer(help=...)`) without importing it."""
-    import ast
-    from pathlib import Path
-
-    here = Path(__file__).parent
-    # typer lists commands before groups: the same order here
-    for name in sorted(_COMMANDS, key=lambda n: n in _GROUPS):
-        summary = ""
-        for node in ast.parse((here / f"{name}.py").read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.FunctionDef) and node.name == name:
-                summary = ast.get_docstring(node) or ""
-            elif (
-                isinstance(node, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "app" for t in node.targets)
-                and isinstance(node.value, ast.Call)
-            ):
-                helps = [k.value for k in node.value.keywords if k.arg == "help"]
-                summary = str(ast.literal_eval(helps[0])) if helps else ""
-        app.command(name, help=summary)(lambda: None)
-    use_readable_help(app)
-
-
-def _invoked(argv: list[str]) -> tuple[bool, str | None]:
-    """(ran as the CLI, the command it names): `residency plan ...` or `python -m residency
-    plan ...`; (False, None) in any other process (tests, library use: every command is
-    registered)."""
-    program = argv[0] if argv else ""
-    ran_as_cli = program.endswith(("residency", "residency/__main__.py"))
-    named = argv[1] if ran_as_cli and len(argv) > 1 and argv[1] in _COMMANDS else None
-    return ran_as_cli, named
-
-
-_ran_as_cli, _command = _invoked(sys.argv)
-if _ran_as_cli and sys.argv[1:] in ([], ["--help"]):
-    _register_summaries()
-else:
-    _register(_command)
 
 
 def main() -> None:

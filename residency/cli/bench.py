@@ -6,59 +6,50 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 
 from residency.bench.options import BenchOptions
-from residency.cli.fields import bind, default_of, option_from
-from residency.errors import ConfigError
+from residency.cli.spec import command
+from residency.flags import Flag, Section
 
 if TYPE_CHECKING:
     from residency.bench.report import BenchReport
     from residency.stats import TimingStats
 
-_LENGTHS = BenchOptions.model_fields["lengths"]
-_DEFAULT_LENGTHS = ",".join(map(str, default_of(BenchOptions, "lengths")))
+
+class BenchArgs(BaseModel):
+    """`residency bench`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    options: Annotated[
+        BenchOptions, Section(skip=frozenset({"max_sightings", "request_timeout_s", "text_dir"}))
+    ] = Field(description="What to measure and where.")
+    plan: Path | None = Field(
+        default=None,
+        description="plan.json: its prefix is the prompt text, and one row is its prefix.",
+    )
+    questions: Path | None = Field(
+        default=None, description="qa.jsonl with relevant_ids: with --plan, coverage vs budget."
+    )
+    plot: Path | None = Field(
+        default=None, description="Write a PNG: TTFT vs length (+ coverage vs budget)."
+    )
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print only one JSON object."
+    )
+
+    @model_validator(mode="after")
+    def _questions_need_a_plan(self) -> BenchArgs:
+        if self.questions is not None and self.plan is None:
+            raise ValueError("--questions draws coverage vs budget for a plan: pass --plan too")
+        return self
 
 
-def parse_lengths(text: str) -> tuple[int, ...]:
-    """'2000,8000' -> (2000, 8000); `ConfigError` for anything but integers (their bounds are
-    `BenchOptions.lengths`')."""
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ConfigError(f"--lengths {text!r}: give comma-separated token counts") from None
-
-
-def bench(
-    server: Annotated[str, option_from(BenchOptions, "server")],
-    plan: Annotated[
-        Path | None,
-        typer.Option(help="plan.json: its prefix is the prompt text, and one row is its prefix."),
-    ] = None,
-    # Comma-separated text, parsed into the field's tuple: a plain option with the field's help.
-    lengths: Annotated[str, typer.Option(help=_LENGTHS.description)] = _DEFAULT_LENGTHS,
-    repeats: Annotated[int, option_from(BenchOptions, "repeats")] = default_of(
-        BenchOptions, "repeats"
-    ),
-    cold_repeats: Annotated[int, option_from(BenchOptions, "cold_repeats")] = default_of(
-        BenchOptions, "cold_repeats"
-    ),
-    model: Annotated[str | None, option_from(BenchOptions, "model")] = default_of(
-        BenchOptions, "model"
-    ),
-    questions: Annotated[
-        Path | None,
-        typer.Option(help="qa.jsonl with relevant_ids: with --plan, coverage vs budget."),
-    ] = None,
-    json: Annotated[bool, typer.Option("--json", help="Print only one JSON object.")] = False,
-    plot: Annotated[
-        Path | None, typer.Option(help="Write a PNG: TTFT vs length (+ coverage vs budget).")
-    ] = None,
-    api_key: Annotated[
-        str | None, option_from(BenchOptions, "api_key", envvar="VLLM_API_KEY")
-    ] = default_of(BenchOptions, "api_key"),
-) -> None:
+@command(BenchArgs)
+def bench(args: BenchArgs) -> None:
     """Measure cold (never-seen prefix) and warm (cached) TTFT per prompt length on a server."""
     from rich.progress import Progress
 
@@ -69,10 +60,8 @@ def bench(
     from residency.cli.progress import BarProgress
     from residency.planning.plan_model import read_plan
 
-    options = bind(BenchOptions, locals(), lengths=parse_lengths(lengths))
-    if questions is not None and plan is None:
-        raise ConfigError("--questions draws coverage vs budget for a plan: pass --plan too")
-    residency_plan = read_plan(plan) if plan is not None else None
+    options, questions, plot, json = args.options, args.questions, args.plot, args.json_output
+    residency_plan = read_plan(args.plan) if args.plan is not None else None
     err = Console(stderr=True, soft_wrap=True)
     with Progress(console=err, transient=True, disable=json) as bar:
         progress = BarProgress(bar)

@@ -7,27 +7,51 @@ from typing import Annotated
 
 import orjson
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.options import JsonOption
+from residency.cli.spec import command
+from residency.flags import Flag
 
 app = typer.Typer(name="corpus", help="Corpus tools.", no_args_is_help=True)
 
 
+class ImportSquadArgs(BaseModel):
+    """`residency corpus import-squad`'s arguments and options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    file: Annotated[Path, Flag(argument=True)] = Field(
+        description="SQuAD-format JSON, e.g. JSQuAD valid-v1.3.json."
+    )
+    outdir: Annotated[Path, Flag(argument=True)] = Field(
+        description="Writes OUTDIR/docs/*.jsonl and OUTDIR/qa.jsonl."
+    )
+    force: bool = Field(default=False, description="Replace OUTDIR even when it is not empty.")
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print one JSON object."
+    )
+
+
+class SamplesArgs(BaseModel):
+    """`residency corpus samples`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print one JSON object."
+    )
+
+
 @app.command("import-squad")
-def import_squad(
-    file: Annotated[Path, typer.Argument(help="SQuAD-format JSON, e.g. JSQuAD valid-v1.3.json.")],
-    outdir: Annotated[Path, typer.Argument(help="Writes OUTDIR/docs/*.jsonl and OUTDIR/qa.jsonl.")],
-    force: Annotated[
-        bool, typer.Option("--force", help="Replace OUTDIR even when it is not empty.")
-    ] = False,
-    json: JsonOption = False,
-) -> None:
+@command(ImportSquadArgs)
+def import_squad(args: ImportSquadArgs) -> None:
     """Turn a SQuAD-style file into a corpus (a section per paragraph) and a questions file."""
     from residency.corpus.squad import import_squad as run_import
 
-    report = run_import(file, outdir, force=force)
+    outdir, json = args.outdir, args.json_output
+    report = run_import(args.file, outdir, force=args.force)
     if json:
         typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
         return
@@ -43,10 +67,12 @@ def import_squad(
 
 
 @app.command("samples")
-def samples(json: JsonOption = False) -> None:
+@command(SamplesArgs)
+def samples(args: SamplesArgs) -> None:
     """List the sample corpora residency ships (package data): docs, query log, questions."""
     from residency.corpus.samples import SAMPLES
 
+    json = args.json_output
     rows = [
         {
             "name": s.name,

@@ -2,51 +2,37 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.bench import parse_lengths
-from residency.cli.fields import bind, default_of, option_from
-from residency.cpu_dtype import CpuDtypeFlag
-from residency.demo.options import DemoModel, DemoOptions
+from residency.cli.spec import command
+from residency.demo.options import DemoOptions
+from residency.flags import Flag, Section
 
 if TYPE_CHECKING:
     from residency.demo.report import DemoReport
 
 
-D = DemoOptions
-# Comma-separated text, parsed into the field's tuple: a plain option with the field's help.
-_LENGTHS = D.model_fields["lengths"]
+class DemoArgs(BaseModel):
+    """`residency demo`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    options: Annotated[
+        DemoOptions,
+        Section(skip=frozenset({"cache_dir", "kv_cache_space_gib", "today", "startup_timeout_s"})),
+    ] = Field(default_factory=DemoOptions, description="What the demo runs.")
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print only demo.json's object (steps on stderr)."
+    )
 
 
-def demo(
-    out_dir: Annotated[Path, option_from(D, "out_dir", "--out")] = default_of(D, "out_dir"),
-    model: Annotated[
-        DemoModel | None,
-        option_from(D, "model", show_default=False),
-    ] = default_of(D, "model"),
-    time_budget_s: Annotated[float, option_from(D, "time_budget_s", "--time-budget")] = (
-        default_of(D, "time_budget_s")
-    ),
-    lengths: Annotated[
-        str | None,
-        typer.Option(help=_LENGTHS.description, show_default=False),
-    ] = None,
-    repeats: Annotated[int, option_from(D, "repeats")] = default_of(D, "repeats"),
-    cold_repeats: Annotated[int, option_from(D, "cold_repeats")] = default_of(D, "cold_repeats"),
-    dtype: Annotated[CpuDtypeFlag, option_from(D, "dtype")] = default_of(D, "dtype"),
-    python: Annotated[Path, option_from(D, "python", show_default=False)] = default_of(D, "python"),
-    keep_running: Annotated[bool, option_from(D, "keep_running", "--keep-running")] = (
-        default_of(D, "keep_running")
-    ),
-    json: Annotated[
-        bool, typer.Option("--json", help="Print only demo.json's object (steps on stderr).")
-    ] = False,
-) -> None:
+@command(DemoArgs)
+def demo(args: DemoArgs) -> None:
     """Build a local model, start vLLM's CPU server, plan, warm, ask through the router (real
     answers), compare cold and warm TTFT, draw the picture, then stop everything it started."""
     import orjson
@@ -54,11 +40,10 @@ def demo(
     from residency.demo.run import run_demo
     from residency.demo.servers import Terminated
 
-    parsed = parse_lengths(lengths) if lengths is not None else None
-    options = bind(DemoOptions, locals(), lengths=parsed)
+    json = args.json_output
     steps = Console(stderr=json, soft_wrap=True, highlight=False)
     try:
-        report = run_demo(options, lambda line: steps.print(escape(line)))
+        report = run_demo(args.options, lambda line: steps.print(escape(line)))
     except Terminated as exc:
         Console(stderr=True).print(f"{exc}: every server the demo started is stopped")
         raise typer.Exit(128 + exc.signum) from None

@@ -6,24 +6,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from residency.cli.fields import bind, default_of, option_from
-from residency.cli.options import JsonOption
 from residency.cli.output import echo_json
-from residency.cli.qdrant_options import (
-    DEFAULT_FUSION,
-    QdrantApiKey,
-    QdrantCollection,
-    QdrantFusion,
-    QdrantLocation,
-    qdrant_backend,
-)
+from residency.cli.qdrant_options import QDRANT_SECTION, checked_qdrant, qdrant_backend
+from residency.cli.spec import command
 from residency.errors import ConfigError
 from residency.eval.defaults import HISTORY_FILE, METRICS
-from residency.eval.retrieval_options import RetrievalBackendName, RetrievalEvalOptions
+from residency.eval.retrieval_options import RetrievalEvalOptions
+from residency.flags import Flag
+from residency.retrieval.qdrant_schema import QdrantOptions
 
 if TYPE_CHECKING:
     from residency.eval.retrieval import RetrievalEvalReport
@@ -36,15 +31,6 @@ app = typer.Typer(
 )
 
 BUDGET_EXIT_CODE = 2
-
-
-def _split_weights(items: list[str]) -> dict[str, str]:
-    """--weight NAME=W items as NAME -> W (each W checked by `RetrievalEvalOptions.weights`)."""
-    pairs = [tuple(part.strip() for part in item.partition("=")) for item in items]
-    for item, (name, eq, value) in zip(items, pairs, strict=True):
-        if not (name and eq and value):
-            raise ConfigError(f"--weight {item!r}: expected NAME=WEIGHT, e.g. dense=0.3")
-    return {name: value for name, _, value in pairs}
 
 
 def _fusion_weights(given: dict[str, float] | None) -> dict[str, float] | None:
@@ -62,46 +48,48 @@ def _fusion_weights(given: dict[str, float] | None) -> dict[str, float] | None:
     return {**DEFAULT_WEIGHTS, **given}
 
 
-R = RetrievalEvalOptions
-_WEIGHTS = R.model_fields["weights"]  # NAME=W text, parsed into the field's dict
+class RetrievalArgs(BaseModel):
+    """`residency eval retrieval`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    index: Path = Field(description="Index directory (residency index).")
+    questions: Path = Field(
+        description="jsonl: query, relevant_ids (section ids), optional type and id."
+    )
+    options: RetrievalEvalOptions = Field(
+        default_factory=RetrievalEvalOptions, description="Retrievers, fusion and history."
+    )
+    min_recall: tuple[str, ...] = Field(
+        default=(),
+        description=f"Budget for the fusion, e.g. R@10=0.80 (repeatable; {', '.join(METRICS)}); "
+        f"exit {BUDGET_EXIT_CODE} when one is missed.",
+    )
+    qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
+        default=None, description="The Qdrant collection (--retriever qdrant)."
+    )
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print one JSON object."
+    )
+
+    @model_validator(mode="after")
+    def _qdrant_with_its_retriever(self) -> RetrievalArgs:
+        checked_qdrant(self.options.retriever, self.qdrant)
+        return self
 
 
 @app.command("retrieval")
-def retrieval(
-    index: Annotated[Path, typer.Option("--index", help="Index directory (residency index).")],
-    questions: Annotated[
-        Path,
-        typer.Option(help="jsonl: query, relevant_ids (section ids), optional type and id."),
-    ],
-    history: Annotated[Path | None, option_from(R, "history")] = default_of(R, "history"),
-    min_recall: Annotated[
-        list[str] | None,
-        typer.Option(
-            help=f"Budget for the fusion, e.g. R@10=0.80 (repeatable; {', '.join(METRICS)}); "
-            f"exit {BUDGET_EXIT_CODE} when one is missed.",
-        ),
-    ] = None,
-    weights: Annotated[
-        list[str] | None, typer.Option("--weight", help=_WEIGHTS.description)
-    ] = None,
-    json: JsonOption = False,
-    retriever: Annotated[RetrievalBackendName, option_from(R, "retriever")] = default_of(
-        R, "retriever"
-    ),
-    qdrant: QdrantLocation = None,
-    collection: QdrantCollection = None,
-    qdrant_api_key: QdrantApiKey = None,
-    qdrant_fusion: QdrantFusion = DEFAULT_FUSION,
-) -> None:
+@command(RetrievalArgs)
+def retrieval(args: RetrievalArgs) -> None:
     """Recall@1/3/5/10, MRR@10 and nDCG@10 of BM25, dense and the fusion, per question type."""
     from residency.cli.progress import progress_bar
     from residency.eval.questions import load_questions
     from residency.eval.retrieval import append_history, evaluate_retrieval, parse_budget
     from residency.index import open_index
 
-    options = bind(R, locals(), weights=_split_weights(weights or []) or None)
-    budgets = [parse_budget(b) for b in (min_recall or [])]
-    backend = qdrant_backend(options.retriever, qdrant, collection, qdrant_api_key, qdrant_fusion)
+    options, index, questions, json = args.options, args.index, args.questions, args.json_output
+    budgets = [parse_budget(b) for b in args.min_recall]
+    backend = qdrant_backend(options.retriever, args.qdrant)
     opened = open_index(index, weights=_fusion_weights(options.weights), backend=backend)
     qs = load_questions(questions)
     bar = progress_bar(json, transient=False)

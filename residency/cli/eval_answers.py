@@ -7,15 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.fields import bind, default_of, option_from
-from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
+from residency.cli.options import SAMPLE_HELP
 from residency.cli.output import compact_table, echo_json
-from residency.eval.answers.defaults import DEFAULT_K
+from residency.cli.spec import command
+from residency.corpus.samples import DEFAULT_SAMPLE
 from residency.eval.answers.options import AnswerEvalOptions
+from residency.flags import Flag
 
 if TYPE_CHECKING:
     from residency.eval.answers.records import (
@@ -27,59 +28,31 @@ if TYPE_CHECKING:
 FAILURES_SHOWN = 20
 
 
-A = AnswerEvalOptions
-# Repeatable: typer reads a list of plain values, the field checks each (a plain option with
-# the field's help, as `bench --lengths`).
-_STRATEGY = A.model_fields["strategy"]
-_K = A.model_fields["k"]
+class AnswersArgs(BaseModel):
+    """`residency eval answers`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    questions: Annotated[Path | None, Flag(show_default="the --sample corpus's qa.jsonl")] = Field(
+        default=None,
+        description="jsonl: id, query, relevant_ids (gold section ids), type, answer (reference).",
+    )
+    sample: str = Field(default=DEFAULT_SAMPLE, description=SAMPLE_HELP)
+    index: Path | None = Field(
+        default=None,
+        description="Index for rag retrieval and whole text (default: the --sample corpus's, "
+        "built under the cache directory on first use).",
+    )
+    options: AnswerEvalOptions = Field(
+        default_factory=AnswerEvalOptions, description="Strategies, endpoints and sizes."
+    )
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print one JSON object."
+    )
 
 
-def answers(
-    questions: Annotated[
-        Path | None,
-        typer.Option(
-            help="jsonl: id, query, relevant_ids (gold section ids), type, answer (reference).",
-            show_default="the --sample corpus's qa.jsonl",
-        ),
-    ] = None,
-    sample: SampleOption = DEFAULT_SAMPLE_NAME,
-    index: Annotated[
-        Path | None,
-        typer.Option(
-            "--index",
-            help="Index for rag retrieval and whole text (default: the --sample corpus's, "
-            "built under the cache directory on first use).",
-        ),
-    ] = None,
-    strategy: Annotated[
-        list[str] | None,
-        typer.Option(help=_STRATEGY.description),
-    ] = None,
-    generator: Annotated[str | None, option_from(A, "generator")] = default_of(A, "generator"),
-    generator_model: Annotated[str | None, option_from(A, "generator_model")] = default_of(
-        A, "generator_model"
-    ),
-    judge: Annotated[str | None, option_from(A, "judge")] = default_of(A, "judge"),
-    judge_model: Annotated[str | None, option_from(A, "judge_model")] = default_of(
-        A, "judge_model"
-    ),
-    router: Annotated[str | None, option_from(A, "router")] = default_of(A, "router"),
-    plan: Annotated[Path | None, option_from(A, "plan")] = default_of(A, "plan"),
-    k: Annotated[
-        list[int] | None,
-        typer.Option("--k", help=_K.description, show_default=str(DEFAULT_K)),
-    ] = None,
-    max_tokens: Annotated[int, option_from(A, "max_tokens")] = default_of(A, "max_tokens"),
-    judge_max_tokens: Annotated[int, option_from(A, "judge_max_tokens")] = default_of(
-        A, "judge_max_tokens"
-    ),
-    limit: Annotated[int | None, option_from(A, "limit")] = default_of(A, "limit"),
-    records: Annotated[Path | None, option_from(A, "records")] = default_of(A, "records"),
-    api_key: Annotated[
-        str | None, option_from(A, "api_key", envvar="RESIDENCY_API_KEY")
-    ] = default_of(A, "api_key"),
-    json: JsonOption = False,
-) -> None:
+@command(AnswersArgs)
+def answers(args: AnswersArgs) -> None:
     """Generate answers per strategy, score them 0/1/2 against the reference (and an LLM judge),
     compare side by side, per question type."""
     from residency.cli.progress import BarProgress, progress_bar
@@ -89,9 +62,9 @@ def answers(
     from residency.index import open_index
     from residency.planning.run import sample_index
 
-    options = bind(AnswerEvalOptions, locals())
-    corpus = get_sample(sample)
-    questions = questions if questions is not None else corpus.questions
+    options, index, json = args.options, args.index, args.json_output
+    corpus = get_sample(args.sample)
+    questions = args.questions if args.questions is not None else corpus.questions
     qs = load_answer_questions(questions)[: options.limit]
     bar = progress_bar(json)
     with bar:
@@ -101,7 +74,7 @@ def answers(
     if json:
         echo_json(report)
     else:
-        render_answers(report, Console(), records)
+        render_answers(report, Console(), options.records)
 
 
 def _num(value: float | None, fmt: str) -> str:

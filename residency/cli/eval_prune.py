@@ -7,89 +7,88 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.fields import bind, check_fields, default_of, option_from
-from residency.cli.options import DEFAULT_SAMPLE_NAME, JsonOption, SampleOption
+from residency.cli.options import SAMPLE_HELP
 from residency.cli.output import echo_json, pct
-from residency.errors import ConfigError
+from residency.cli.spec import command
+from residency.corpus.samples import DEFAULT_SAMPLE
 from residency.eval.defaults import COVERAGE_CACHE
-from residency.eval.prune_report import PruneEvalReport, PruneEvalSettings
+from residency.eval.prune_report import PruneEvalReport, PruneSample
+from residency.flags import Flag, Section
 from residency.serve.pruner_settings import PrunerSettings
 
-P = PrunerSettings
+
+class PruneArgs(BaseModel):
+    """`residency eval prune`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    pruner: Annotated[
+        PrunerSettings,
+        Section(
+            flags={
+                "url": Flag("--pruner-url"),
+                "model": Flag("--pruner-model"),
+                "timeout_s": Flag("--timeout"),
+            },
+            skip=frozenset({"max_tokens", "api_key", "language"}),
+        ),
+    ] = Field(description="The grading model and how grades become a kept set.")
+    squad: Path | None = Field(
+        default=None,
+        description="SQuAD-style JSON, e.g. ../shared/data/jsquad/valid-v1.3.json (imported and "
+        "indexed under --cache-dir); without it: --questions over --index.",
+    )
+    questions: Annotated[Path | None, Flag(show_default="the --sample corpus's qa.jsonl")] = Field(
+        default=None,
+        description="jsonl with gold section ids (id, query, relevant_ids) when no --squad "
+        "is given.",
+    )
+    index: Path | None = Field(
+        default=None,
+        description="Index the --questions' chunks come from (default: the --sample corpus's).",
+    )
+    sample: str = Field(default=DEFAULT_SAMPLE, description=SAMPLE_HELP)
+    sampling: PruneSample = Field(
+        default_factory=PruneSample, description="Questions and chunks graded."
+    )
+    cache_dir: Annotated[Path, Flag(show_default="CACHE/coverage")] = Field(
+        default=COVERAGE_CACHE,
+        description="Where the imported corpus and its BM25 index are kept (shared with "
+        "`eval coverage`).",
+    )
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print one JSON object."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PruneArgs:
+        if self.squad is not None and (self.questions is not None or self.index is not None):
+            raise ValueError("--squad brings its own questions and index: drop --questions/--index")
+        return self
 
 
-def prune(
-    url: Annotated[str, option_from(P, "url", "--pruner-url")],
-    model: Annotated[str, option_from(P, "model", "--pruner-model")] = default_of(P, "model"),
-    squad: Annotated[
-        Path | None,
-        typer.Option(
-            help="SQuAD-style JSON, e.g. ../shared/data/jsquad/valid-v1.3.json (imported and "
-            "indexed under --cache-dir); without it: --questions over --index."
-        ),
-    ] = None,
-    questions: Annotated[
-        Path | None,
-        typer.Option(
-            help="jsonl with gold section ids (id, query, relevant_ids) when no --squad is given.",
-            show_default="the --sample corpus's qa.jsonl",
-        ),
-    ] = None,
-    index: Annotated[
-        Path | None,
-        typer.Option(
-            "--index",
-            help="Index the --questions' chunks come from (default: the --sample corpus's).",
-        ),
-    ] = None,
-    sample: SampleOption = DEFAULT_SAMPLE_NAME,
-    threshold: Annotated[int, option_from(P, "threshold", "--threshold")] = default_of(
-        P, "threshold"
-    ),
-    keep_top_k: Annotated[int, option_from(P, "keep_top_k", "--keep-top-k")] = default_of(
-        P, "keep_top_k"
-    ),
-    k: Annotated[int, option_from(PruneEvalSettings, "k", "--k")] = default_of(
-        PruneEvalSettings, "k"
-    ),
-    limit: Annotated[int, option_from(PruneEvalSettings, "limit", "--limit")] = default_of(
-        PruneEvalSettings, "limit"
-    ),
-    timeout_s: Annotated[float, option_from(P, "timeout_s", "--timeout")] = default_of(
-        P, "timeout_s"
-    ),
-    cache_dir: Annotated[
-        Path,
-        typer.Option(
-            help="Where the imported corpus and its BM25 index are kept (shared with "
-            "`eval coverage`).",
-            show_default="CACHE/coverage",
-        ),
-    ] = COVERAGE_CACHE,
-    json: JsonOption = False,
-) -> None:
+@command(PruneArgs)
+def prune(args: PruneArgs) -> None:
     """Share of retrieved chunks the pruner removes, gold evidence kept, and the latency it adds."""
     from residency.cli.progress import BarProgress, progress_bar
     from residency.corpus.samples import get_sample
     from residency.eval.prune import PruneEvalJob, run_prune_eval
 
-    check_fields(PruneEvalSettings, locals(), "k", "limit")
+    json = args.json_output
     bar = progress_bar(json)
-    if squad is not None and (questions is not None or index is not None):
-        raise ConfigError("--squad brings its own questions and index: drop --questions/--index")
     job = PruneEvalJob(
-        squad_file=squad,
-        pruner=bind(PrunerSettings, locals()),
-        k=k,
-        limit=limit,
-        questions_file=questions,
-        index_dir=index,
-        sample=get_sample(sample),
-        cache_dir=cache_dir,
+        squad_file=args.squad,
+        pruner=args.pruner,
+        k=args.sampling.k,
+        limit=args.sampling.limit,
+        questions_file=args.questions,
+        index_dir=args.index,
+        sample=get_sample(args.sample),
+        cache_dir=args.cache_dir,
     )
     with bar:
         report = run_prune_eval(job, BarProgress(bar))

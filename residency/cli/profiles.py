@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import orjson
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
@@ -14,13 +17,24 @@ from residency.capacity.profiles import (
     model_profile_names,
     resolve_model,
 )
-from residency.cli.options import JsonOption
+from residency.cli.spec import command
+from residency.flags import Flag
 
 
-def profiles(
-    json: JsonOption = False,
-) -> None:
+class ProfilesArgs(BaseModel):
+    """`residency profiles`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print one JSON object."
+    )
+
+
+@command(ProfilesArgs)
+def profiles(args: ProfilesArgs) -> None:
     """List GPU profiles (--profile) and model profiles (--model)."""
+    json = args.json_output
     gpus = [load_gpu_profile(n) for n in gpu_profile_names()]
     models = [resolve_model(n) for n in model_profile_names()]
     if json:

@@ -5,80 +5,60 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import orjson
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.fields import bind, default_of, option_from
-from residency.cli.options import PlanOption
-from residency.warm.options import WarmOptions, WatchSettings
+from residency.cli.spec import command
+from residency.flags import Flag, Section
+from residency.warm.options import WATCH, WarmOptions, WatchSettings
 
 if TYPE_CHECKING:
     from residency.planning.plan_model import ResidencyPlan
     from residency.warm import WarmReport, WatchEvent
 
 EXIT_NOT_CACHED = 2
-_WATCH = "Keep warm (--watch)"
 
 
-def warm(
-    plan: PlanOption,
-    server: Annotated[str, option_from(WarmOptions, "server")] = default_of(WarmOptions, "server"),
-    timeout_s: Annotated[float, option_from(WarmOptions, "timeout_s", "--timeout")] = default_of(
-        WarmOptions, "timeout_s"
-    ),
-    request_timeout_s: Annotated[
-        float, option_from(WarmOptions, "request_timeout_s", "--request-timeout")
-    ] = default_of(WarmOptions, "request_timeout_s"),
-    max_sightings: Annotated[int, option_from(WarmOptions, "max_sightings")] = default_of(
-        WarmOptions, "max_sightings"
-    ),
-    allow_model_mismatch: Annotated[
-        bool, option_from(WarmOptions, "allow_model_mismatch", "--allow-model-mismatch")
-    ] = default_of(WarmOptions, "allow_model_mismatch"),
-    api_key: Annotated[
-        str | None, option_from(WarmOptions, "api_key", envvar="VLLM_API_KEY")
-    ] = default_of(WarmOptions, "api_key"),
-    watch_: Annotated[
-        bool,
-        typer.Option(
-            "--watch",
-            help="Keep every prefix resident: probe each every --interval s, re-warm only the one "
-            "that missed, wait "
-            "out restarts; stops on SIGINT/SIGTERM.",
-            rich_help_panel=_WATCH,
-        ),
-    ] = False,
-    interval_s: Annotated[
-        float, option_from(WatchSettings, "interval_s", "--interval", rich_help_panel=_WATCH)
-    ] = default_of(WatchSettings, "interval_s"),
-    max_backoff_s: Annotated[
-        float, option_from(WatchSettings, "max_backoff_s", "--max-backoff", rich_help_panel=_WATCH)
-    ] = default_of(WatchSettings, "max_backoff_s"),
-    metrics_port: Annotated[
-        int | None, option_from(WatchSettings, "metrics_port", rich_help_panel=_WATCH)
-    ] = default_of(WatchSettings, "metrics_port"),
-    metrics_host: Annotated[
-        str, option_from(WatchSettings, "metrics_host", rich_help_panel=_WATCH)
-    ] = default_of(WatchSettings, "metrics_host"),
-    json: Annotated[
-        bool, typer.Option("--json", help="One JSON object (--watch: one per event line).")
-    ] = False,
-) -> None:
+class WarmArgs(BaseModel):
+    """`residency warm`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    plan: Path = Field(description="plan.json from `residency plan`.")
+    options: WarmOptions = Field(
+        default_factory=WarmOptions, description="The server and how hard to try."
+    )
+    watch: Annotated[bool, Flag(panel=WATCH)] = Field(
+        default=False,
+        description="Keep every prefix resident: probe each every --interval s, re-warm only the "
+        "one that missed, wait out restarts; stops on SIGINT/SIGTERM.",
+    )
+    watch_settings: Annotated[WatchSettings, Section(panel=WATCH)] = Field(
+        default_factory=WatchSettings, description="How --watch probes and waits."
+    )
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="One JSON object (--watch: one per event line)."
+    )
+
+
+@command(WarmArgs)
+def warm(args: WarmArgs) -> None:
     """Prefill every resident prefix of the plan in vLLM and prove each is cached (exit 2 if
     not)."""
     from residency.planning.plan_model import read_plan
     from residency.warm import warm as run_warm
 
-    options = bind(WarmOptions, locals())
-    settings = bind(WatchSettings, locals())
-    residency_plan = read_plan(plan)
-    if watch_:
-        _watch(residency_plan, options, settings, json)
+    options, json = args.options, args.json_output
+    residency_plan = read_plan(args.plan)
+    if args.watch:
+        _watch(residency_plan, options, args.watch_settings, json)
         return
     report = run_warm(residency_plan, options)
     if json:

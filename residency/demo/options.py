@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency.cpu_dtype import DTYPE_FLAG_HELP, CpuDtypeFlag
 from residency.demo.budget import DEFAULT_TIME_BUDGET_S
+from residency.flags import Flag
 from residency.paths import cache_root
 
 DemoModel = Literal["smollm2", "tiny"]
@@ -23,25 +24,27 @@ class DemoOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    out_dir: Path = Field(
+    out_dir: Annotated[Path, Flag("--out")] = Field(
         default=Path("demo-out"),
         description="--out: directory for plan.json, query-log.jsonl, bench.json, ttft.png, "
         "demo.json and the servers' logs.",
     )
-    model: DemoModel | None = Field(
+    model: Annotated[DemoModel | None, Flag(show_default=False)] = Field(
         default=None,
         description="smollm2: SmolLM2-135M-Instruct, real weights, on the English sample; tiny: "
         "a random-weight model on the Japanese sample (default: smollm2 where its extra is "
         "installed, else tiny).",
     )
-    time_budget_s: float = Field(
+    time_budget_s: Annotated[float, Flag("--time-budget")] = Field(
         default=DEFAULT_TIME_BUDGET_S,
         gt=0,
         le=86_400,
         description="--time-budget: seconds the whole run should take: the TTFT comparison "
         "keeps the lengths a measured prefill rate fits in what is left.",
     )
-    lengths: tuple[Annotated[int, Field(ge=1)], ...] | None = Field(
+    lengths: Annotated[
+        tuple[Annotated[int, Field(ge=1)], ...] | None, Flag(comma=True, show_default=False)
+    ] = Field(
         default=None,
         min_length=1,
         max_length=64,
@@ -63,7 +66,7 @@ class DemoOptions(BaseModel):
     cache_dir: Path = Field(
         default_factory=cache_root, description="Model, tokenizer and index cache."
     )
-    python: Path = Field(
+    python: Annotated[Path, Flag(show_default=False)] = Field(
         default=Path(sys.executable),
         description="Interpreter that runs vLLM's CPU server (default: this one).",
     )

@@ -31,14 +31,11 @@ class KeptFigures(BaseModel):
     )
 
 
-class PruneEvalSettings(BaseModel):
-    """What was measured, and against what (`k` and `limit` are `eval prune`'s --k and --limit;
-    the pruner's flags are bound to `PrunerSettings`)."""
+class PruneSample(BaseModel):
+    """How many questions `eval prune` grades and how many chunks each (--k, --limit)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    source: str = Field(max_length=4096, description="The questions' source file.")
-    index_dir: str = Field(max_length=4096, description="The index chunks were retrieved from.")
     k: int = Field(
         default=DEFAULT_PRUNE_K, ge=1, le=100, description="Chunks retrieved per question."
     )
@@ -48,6 +45,13 @@ class PruneEvalSettings(BaseModel):
         le=100_000,
         description="Questions to evaluate (spread evenly over the file).",
     )
+
+
+class PruneEvalSettings(PruneSample):
+    """What was measured, and against what (the pruner's flags are `PrunerSettings`)."""
+
+    source: str = Field(max_length=4096, description="The questions' source file.")
+    index_dir: str = Field(max_length=4096, description="The index chunks were retrieved from.")
     url: str = Field(max_length=2048, description="The pruner endpoint.")
     model: str = Field(max_length=512, description="The grading model.")
     threshold: int = Field(ge=1, le=5, description="Grade kept at or above.")

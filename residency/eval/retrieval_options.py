@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.eval.defaults import HISTORY_FILE
+from residency.flags import Flag
 
 RetrievalBackendName = Literal["hybrid", "qdrant"]
 
@@ -24,7 +25,7 @@ class RetrievalEvalOptions(BaseModel):
         description="hybrid: the index's own BM25, dense and fusion (in process); qdrant: the "
         "same three through the index's Qdrant collection (--qdrant).",
     )
-    weights: dict[str, Annotated[float, Field(ge=0)]] | None = Field(
+    weights: Annotated[dict[str, Annotated[float, Field(ge=0)]] | None, Flag("--weight")] = Field(
         default=None,
         min_length=1,
         max_length=16,

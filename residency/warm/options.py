@@ -4,7 +4,13 @@ HTTP client and the plan model, so the command declares its flags from these fie
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from residency.flags import Flag
+
+WATCH = "Keep warm (--watch)"
 
 
 class WarmOptions(BaseModel):
@@ -15,12 +21,12 @@ class WarmOptions(BaseModel):
     server: str = Field(
         default="http://127.0.0.1:8000", min_length=1, description="Base URL of the vLLM server."
     )
-    timeout_s: float = Field(
+    timeout_s: Annotated[float, Flag("--timeout")] = Field(
         default=120.0,
         gt=0,
         description="Seconds to wait for /health (exponential backoff).",
     )
-    request_timeout_s: float = Field(
+    request_timeout_s: Annotated[float, Flag("--request-timeout")] = Field(
         default=300.0, gt=0, description="Seconds one prefill or probe request may take."
     )
     max_sightings: int = Field(
@@ -35,7 +41,9 @@ class WarmOptions(BaseModel):
         description="Accept a served model whose name differs from the plan's (the tokenizer, "
         "max_model_len and prefix hash are still checked).",
     )
-    api_key: str | None = Field(default=None, description="Bearer token (vLLM --api-key).")
+    api_key: Annotated[str | None, Flag(envvar="VLLM_API_KEY")] = Field(
+        default=None, description="Bearer token (vLLM --api-key)."
+    )
 
 
 class WatchSettings(BaseModel):
@@ -43,8 +51,10 @@ class WatchSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    interval_s: float = Field(default=15.0, gt=0, description="Seconds between probes.")
-    max_backoff_s: float = Field(
+    interval_s: Annotated[float, Flag("--interval")] = Field(
+        default=15.0, gt=0, description="Seconds between probes."
+    )
+    max_backoff_s: Annotated[float, Flag("--max-backoff")] = Field(
         default=60.0, gt=0, description="Longest wait while the server is down."
     )
     metrics_port: int | None = Field(

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS, DEFAULT_K, DEFAULT_MAX_TOKENS
+from residency.flags import Flag
 
 StrategyName = Literal["echo", "rag", "whole", "residency"]
 STRATEGIES: tuple[StrategyName, ...] = ("echo", "rag", "whole", "residency")
@@ -62,7 +63,7 @@ class AnswerEvalOptions(BaseModel):
         default=None,
         description="plan.json the router serves: resident gold counts as visible.",
     )
-    k: list[PassageCount] | None = Field(
+    k: Annotated[list[PassageCount] | None, Flag(show_default=str(DEFAULT_K))] = Field(
         default=None,
         min_length=1,
         max_length=64,
@@ -88,7 +89,7 @@ class AnswerEvalOptions(BaseModel):
         default=None,
         description="Write per-question records here (jsonl, one line per answer).",
     )
-    api_key: str | None = Field(
+    api_key: Annotated[str | None, Flag(envvar="RESIDENCY_API_KEY")] = Field(
         default=None, max_length=4096, repr=False, description="Bearer token for every endpoint."
     )
 
