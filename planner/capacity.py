@@ -69,6 +69,15 @@ def compute_kv_capacity(
     needed = _one_request_bytes(layout)
     usable = kv_cache_memory_bytes - layout.bytes_per_block  # the null block
     if needed > usable:
+        at_least = needed + layout.bytes_per_block
+        if usable < layout.bytes_per_block:  # not even one block besides vLLM's null block
+            raise CapacityError(
+                f"a KV cache of {kv_cache_memory_bytes:,} bytes holds no block: one takes "
+                f"{layout.bytes_per_block:,} bytes, and one request of --max-model-len "
+                f"{max_model_len} needs {at_least:,} bytes ({format_gib(at_least)} GiB) with "
+                "vLLM's null block; raise --kv-cache-memory-bytes (or --gpu-memory-utilization) "
+                f"to at least {at_least:,}"
+            )
         fits_len = max_len_that_fits(layout, usable, max_model_len)
         hint = f"; at most --max-model-len {fits_len} fits" if fits_len > 0 else ""
         raise CapacityError(

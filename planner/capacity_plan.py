@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.budget import Reserves, ResidentBudget, compute_resident_budget
 from planner.capacity import KVCapacity, compute_kv_capacity
+from planner.errors import CapacityError
 from planner.kv_layout import CacheSettings, KVLayout, build_kv_layout
 from planner.memory import GpuMemoryEstimate
 from planner.model_spec import ModelSpec
@@ -34,14 +35,34 @@ def _per_stage(estimates: Sequence[GpuMemoryEstimate], field: str) -> int | tupl
     return values[0] if len(values) == 1 else values
 
 
+def check_max_model_len(model: ModelSpec, max_model_len: int) -> None:
+    """CapacityError when --max-model-len is above what the model's config allows: vLLM refuses
+    to start with it (unless VLLM_ALLOW_LONG_MAX_MODEL_LEN, past which RoPE positions are NaN)."""
+    limit = model.max_model_len_limit
+    if limit is None or max_model_len <= limit:
+        return
+    scaled = (
+        f" x RoPE factor {model.rope_scaling_factor:g}" if model.rope_scaling_factor != 1 else ""
+    )
+    raise CapacityError(
+        f"--max-model-len {max_model_len} is above the model's limit of {limit} (config.json "
+        f"max_position_embeddings {model.max_position_embeddings}{scaled}); vLLM refuses it: "
+        f"lower --max-model-len to at most {limit}"
+    )
+
+
 def plan_capacity(
     model: ModelSpec,
     settings: CacheSettings,
     kv_memory: int | GpuMemoryEstimate | Sequence[GpuMemoryEstimate],
     reserves: Reserves,
+    *,
+    check_model_limit: bool = True,
 ) -> CapacityPlan:
     """Lay out the KV cache, size it from `kv_memory` (bytes per rank, a GPU estimate, or one
     estimate per pipeline stage) and derive the resident budget."""
+    if check_model_limit:  # a running server's own window is a fact, not a request
+        check_max_model_len(model, settings.max_model_len)
     layout = build_kv_layout(model, settings)
     length = settings.max_model_len
     low = high = None

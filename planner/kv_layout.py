@@ -41,6 +41,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.batch_defaults import vllm_batch_defaults
 from planner.errors import ModelConfigError
 from planner.model_spec import LayerKind, ModelSpec
 from planner.parallel import (
@@ -103,11 +104,12 @@ class CacheSettings(BaseModel):
         description="--enable-prefix-caching: vLLM's automatic prefix caching (hybrid models: "
         "align mode).",
     )
-    max_num_batched_tokens: int = Field(
-        default=2048,
+    max_num_batched_tokens: int | None = Field(
+        default=None,
         ge=1,
         description="--max-num-batched-tokens: tokens per scheduler step (also the sliding-window "
-        "reserve).",
+        "reserve; default: vLLM's for the device, 2,048 on most GPUs and per CPU rank, 8,192 on "
+        "H100/H200-class GPUs).",
     )
     max_concurrent_batches: int = Field(
         default=1, ge=1, description="Batches in flight: 2 with async scheduling, else PP size."
@@ -123,6 +125,15 @@ class CacheSettings(BaseModel):
         description="CPU platform only: the serving host's CPU has AVX512-BF16 (vLLM then keeps "
         "GDN SSM state in float32 unless --mamba-ssm-cache-dtype float16/bfloat16 is given).",
     )
+
+
+def batched_tokens(settings: CacheSettings) -> int:
+    """--max-num-batched-tokens, or vLLM's default for the platform with the device unknown
+    (residency fills it from the device before planning; see planner/batch_defaults.py)."""
+    if settings.max_num_batched_tokens is not None:
+        return settings.max_num_batched_tokens
+    world = settings.tensor_parallel_size * settings.pipeline_parallel_size
+    return vllm_batch_defaults(settings.platform, world).max_num_batched_tokens
 
 
 class KVGroup(BaseModel):
@@ -302,7 +313,7 @@ def _blocks_per_request(
         return cdiv(settings.max_model_len, block_size)
     if kind == "sliding_attention":
         window = model.sliding_window or settings.max_model_len
-        in_flight = settings.max_concurrent_batches * settings.max_num_batched_tokens
+        in_flight = settings.max_concurrent_batches * batched_tokens(settings)
         tokens = min(window - 1 + in_flight, settings.max_model_len)
         return cdiv(tokens, block_size) + 1
     # MambaSpec: the running state (+ one checkpoint in align mode).

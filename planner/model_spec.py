@@ -69,6 +69,12 @@ class ModelSpec(BaseModel):
     max_position_embeddings: int | None = Field(
         default=None, ge=1, description="Longest context the model was configured for."
     )
+    rope_scaling_factor: float = Field(
+        default=1.0,
+        gt=0,
+        description="RoPE scaling factor vLLM multiplies max_position_embeddings by (1: none, "
+        "or a RoPE type whose positions are already scaled: yarn, llama3, longrope).",
+    )
     gdn: GdnSpec | None = Field(default=None, description="Linear-attention dimensions.")
     mamba_ssm_dtype: ModelDType | None = Field(
         default=None,
@@ -95,6 +101,14 @@ class ModelSpec(BaseModel):
         """Number of layers of one kind."""
         return sum(1 for k in self.layer_kinds if k == kind)
 
+    @property
+    def max_model_len_limit(self) -> int | None:
+        """The longest --max-model-len vLLM accepts for this config: max_position_embeddings
+        times the RoPE factor (vllm/config/model.py _get_and_verify_max_len); None: unknown."""
+        if self.max_position_embeddings is None:
+            return None
+        return int(self.max_position_embeddings * self.rope_scaling_factor)
+
 
 def _text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """Merge a multimodal config's `text_config` over its top level (Qwen3.5, Gemma3, ...)."""
@@ -112,6 +126,26 @@ def _int(cfg: Mapping[str, Any], key: str, default: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ModelConfigError(f"model config `{key}` must be a positive integer, got {value!r}")
     return value
+
+
+# RoPE types whose max_position_embeddings is already the scaled length: vLLM does not multiply
+# it by `factor` (vllm/config/model.py _get_and_verify_max_len).
+_PRESCALED_ROPE = frozenset(
+    {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
+)
+
+
+def _rope_factor(cfg: Mapping[str, Any]) -> float:
+    """The factor vLLM scales the derived max_model_len by (`rope_scaling` or
+    `rope_parameters`; 1.0 without one, for a pre-scaled RoPE type, or a null factor)."""
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(rope, Mapping):
+        return 1.0
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    factor = rope.get("factor")
+    if kind in _PRESCALED_ROPE or not isinstance(factor, int | float) or factor <= 0:
+        return 1.0
+    return float(factor)
 
 
 def _dtype(cfg: Mapping[str, Any], key: str) -> ModelDType | None:
@@ -201,6 +235,7 @@ def model_spec_from_hf_config(config: Mapping[str, Any]) -> ModelSpec:
         intermediate_size=cfg.get("intermediate_size") or None,
         vocab_size=_int(cfg, "vocab_size"),
         max_position_embeddings=cfg.get("max_position_embeddings") or None,
+        rope_scaling_factor=_rope_factor(cfg),
         gdn=gdn,
         mamba_ssm_dtype=_dtype(cfg, "mamba_ssm_dtype"),
         quantization=str(quant["quant_method"])

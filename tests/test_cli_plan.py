@@ -115,7 +115,7 @@ def test_local_model_dir_sizes_weights_from_safetensors(tmp_path: Path) -> None:
         ),
         pytest.param(
             ["--model", "llama-3.1-8b-instruct"],
-            ["14.96 GiB", "10.79 GiB", "--gpu-memory-utilization"],
+            ["14.96 GiB", "0.92 of 11.99 GiB", "11.03 GiB", "--gpu-memory-utilization"],
             id="weights-do-not-fit",
         ),
         pytest.param(

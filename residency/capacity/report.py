@@ -3,8 +3,6 @@ pure planner, and compare its prediction with vLLM's own numbers."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner import (
@@ -12,10 +10,9 @@ from planner import (
     CapacityPlan,
     GpuMemoryEstimate,
     Reserves,
-    build_kv_layout,
     plan_capacity,
 )
-from planner.units import DTypeFlag
+from planner.batch_defaults import BatchDefaults, vllm_batch_defaults
 from residency.capacity.gpu import LiveGpu
 from residency.capacity.profiles import (
     DEFAULT_MODEL,
@@ -23,12 +20,10 @@ from residency.capacity.profiles import (
     ResolvedModel,
     resolve_model,
 )
-from residency.capacity.ranks import estimate_rank_memory, read_host_gpus
+from residency.capacity.ranks import HostGpus, estimate_rank_memory, read_host_gpus
 from residency.capacity.request import CapacityRequest
 from residency.errors import ConfigError
 from residency.machine import cpu_flags
-from residency.vllm_client import VllmClient
-from residency.vllm_client.sync_client import label_int
 
 
 class CapacityInputs(BaseModel):
@@ -133,13 +128,26 @@ def _resolve_cpu_avx512_bf16(req: CapacityRequest) -> tuple[bool, str | None]:
     )
 
 
-def _settings(req: CapacityRequest, **overrides: object) -> CacheSettings:
-    """The request's cache flags with the AVX512-BF16 answer resolved and `overrides` applied
-    (what a running server says it uses)."""
+def _settings(
+    req: CapacityRequest, device: HostGpus | None = None, **overrides: object
+) -> CacheSettings:
+    """The request's cache flags with the AVX512-BF16 answer resolved, --max-num-batched-tokens
+    at vLLM's default for the device when not given (planner/batch_defaults.py), and
+    `overrides` applied (what a running server says it uses)."""
     data = req.cache.model_dump()
     data["cpu_avx512_bf16"] = _resolve_cpu_avx512_bf16(req)[0]
+    if data["max_num_batched_tokens"] is None:
+        data["max_num_batched_tokens"] = _batch_defaults(req, device).max_num_batched_tokens
     data.update(overrides)
     return CacheSettings.model_validate(data)
+
+
+def _batch_defaults(req: CapacityRequest, device: HostGpus | None) -> BatchDefaults:
+    """vLLM's OpenAI-server batch defaults on the request's platform and device."""
+    world = req.cache.tensor_parallel_size * req.cache.pipeline_parallel_size
+    if device is None or req.cache.platform == "cpu":
+        return vllm_batch_defaults(req.cache.platform, world)
+    return vllm_batch_defaults("cuda", world, min(device.totals), device.name)
 
 
 def _inputs(
@@ -214,13 +222,35 @@ def _report(
     )
 
 
+def _check_kv_bytes_fit_the_device(req: CapacityRequest) -> None:
+    """ConfigError when --kv-cache-memory-bytes exceeds the memory of the GPUs named (the
+    profile, or the default one; every rank's) on --platform cuda: no server could hold it."""
+    assert req.kv_cache_memory_bytes is not None
+    if req.cache.platform != "cuda" or req.gpu == "auto":
+        return
+    from residency.capacity.profiles import load_gpu_profile
+
+    gpu = load_gpu_profile(req.profile or DEFAULT_PROFILE)
+    if req.kv_cache_memory_bytes > gpu.total_memory_bytes:
+        total = gpu.total_memory_bytes
+        raise ConfigError(
+            f"--kv-cache-memory-bytes {req.kv_cache_memory_bytes:,} is more than the whole "
+            f"{gpu.name} ({total:,} bytes, {total / (1 << 30):.2f} GiB per GPU): lower it below "
+            f"{total:,} (what is left after the weights: drop the flag and plan from "
+            "--gpu-memory-utilization), or name the GPU with --profile"
+        )
+
+
 def build_capacity_report(req: CapacityRequest) -> CapacityReport:
     """Plan capacity from a GPU profile, the live GPU, explicit KV bytes or a running server."""
     if req.server:
-        return _server_report(req)
+        from residency.capacity.server import server_report
+
+        return server_report(req)
     model = resolve_model(req.model or DEFAULT_MODEL)
-    settings = _settings(req)
     if req.kv_cache_memory_bytes is not None:
+        settings = _settings(req)
+        _check_kv_bytes_fit_the_device(req)
         plan = plan_capacity(model.spec, settings, req.kv_cache_memory_bytes, req.reserves)
         inputs = _inputs(req, model, settings, "--kv-cache-memory-bytes (profiling bypassed)")
         return _report(plan, inputs)
@@ -233,14 +263,16 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
         world_size=world,
         gpu_memory_utilization=req.gpu_memory_utilization,
     )
+    settings = _settings(req, host)
+    assert settings.max_num_batched_tokens is not None
     memory = estimate_rank_memory(
         model,
         host,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         gpu_memory_utilization=req.gpu_memory_utilization,
-        max_num_batched_tokens=req.cache.max_num_batched_tokens,
-        max_num_seqs=req.max_num_seqs,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+        max_num_seqs=req.max_num_seqs or _batch_defaults(req, host).max_num_seqs,
         enforce_eager=req.enforce_eager,
     )
     plan = plan_capacity(model.spec, settings, memory, req.reserves)
@@ -255,89 +287,3 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
         used=host.used,
     )
     return _report(plan, inputs, memory)
-
-
-def _server_dtype(
-    model: ResolvedModel, settings: CacheSettings, kv_bytes: int, num_blocks: int
-) -> CacheSettings:
-    """`settings` with the model dtype the server runs: the one whose page size splits its KV
-    bytes into exactly its block count.
-
-    vLLM's metrics do not name `--dtype`, but the block count does: a server started with
-    `--dtype float32` (residency's choice on a CPU without native bf16, `residency.cpu_dtype`)
-    holds half the blocks a bfloat16 one holds in the same bytes. The config's dtype is tried
-    first, so a match there changes nothing; with no match the settings stay as they are and the
-    comparison shows the disagreement.
-    """
-    candidates: list[DTypeFlag] = ["auto", "bfloat16", "float32", "float16"]
-    for dtype in candidates:
-        tried = settings.model_copy(update={"dtype": dtype})
-        if kv_bytes // build_kv_layout(model.spec, tried).bytes_per_block == num_blocks:
-            return tried
-    return settings
-
-
-def _server_report(req: CapacityRequest) -> CapacityReport:
-    assert req.server is not None
-    with VllmClient(req.server) as client:
-        served = client.models()[0]
-        labels = client.cache_config_info()
-    ref = req.model or served.root
-    if ref is None or (req.model is None and not Path(ref).is_dir()):
-        raise ConfigError(
-            f"--server {req.server} serves {served.id!r} from {ref!r}, which is not a local "
-            "directory here; pass --model with its config.json or a model profile"
-        )
-    model = resolve_model(ref)
-    length = served.max_model_len or req.cache.max_model_len
-    overrides: dict[str, object] = {"max_model_len": length}
-    if labels.get("user_specified_block_size") == "True" and label_int(labels, "block_size"):
-        overrides["block_size"] = label_int(labels, "block_size")
-    if labels.get("cache_dtype"):
-        overrides["kv_cache_dtype"] = labels["cache_dtype"]
-    avx_source = None
-    ssm_label = labels.get("mamba_ssm_cache_dtype")
-    if ssm_label and model.spec.is_hybrid:
-        # The label is the server's resolved value: vllm/platforms/cpu.py has already applied
-        # its AVX512-BF16 rule on the server's own CPU, so it must not be applied again here
-        # (a server without AVX512-BF16 reports "auto", which stays the conv-state dtype).
-        overrides["mamba_ssm_cache_dtype"] = ssm_label
-        overrides["cpu_avx512_bf16"] = False
-        avx_source = (
-            f"not applied: the server's mamba_ssm_cache_dtype label ({ssm_label}) is vLLM's "
-            "value, already resolved on the server's CPU"
-        )
-    if labels.get("enable_prefix_caching") in ("True", "False"):
-        overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
-    num_blocks = label_int(labels, "num_gpu_blocks") or 0
-    kv_bytes = label_int(labels, "kv_cache_memory_bytes")
-    if label_int(labels, "num_gpu_blocks_override") is not None:
-        kv_bytes = None  # --num-gpu-blocks-override caps the pool below the KV bytes
-    settings = _settings(req, **overrides)
-    if req.cache.dtype == "auto" and kv_bytes is not None:
-        settings = _server_dtype(model, settings, kv_bytes, num_blocks)
-    layout = build_kv_layout(model.spec, settings)
-    source = "server label kv_cache_memory_bytes"
-    if kv_bytes is None:
-        # Profiled on the server's GPU (or overridden): vLLM's block count is the measurement.
-        kv_bytes = num_blocks * layout.bytes_per_block
-        source = "server num_gpu_blocks x planner bytes per block (vLLM's own block count)"
-    plan = plan_capacity(model.spec, settings, kv_bytes, req.reserves)
-    comparison = ServerComparison(
-        served_model=served.id,
-        max_model_len=length,
-        block_size=label_int(labels, "block_size") or 0,
-        num_blocks=num_blocks,
-        kv_cache_tokens=label_int(labels, "kv_cache_size_tokens") or 0,
-        predicted_block_size=plan.layout.block_size,
-        predicted_num_blocks=plan.capacity.num_blocks,
-        predicted_kv_cache_tokens=plan.capacity.kv_cache_tokens,
-        agrees=(
-            plan.layout.block_size == label_int(labels, "block_size")
-            and plan.capacity.num_blocks == num_blocks
-            and plan.capacity.kv_cache_tokens == label_int(labels, "kv_cache_size_tokens")
-        ),
-        cache_config_info=labels,
-    )
-    inputs = _inputs(req, model, settings, source, cpu_avx512_bf16_source=avx_source)
-    return _report(plan, inputs, server=comparison)

@@ -71,7 +71,7 @@ class CapacityRequest(BaseModel):
         "on this host, taken as the serving host).",
     )
     gpu_memory_utilization: Annotated[float, Flag(panel=VLLM)] = Field(
-        default=0.9,
+        default=0.92,
         gt=0,
         le=1,
         description="--gpu-memory-utilization: the share of GPU memory vLLM may use, in (0, 1].",
@@ -81,14 +81,20 @@ class CapacityRequest(BaseModel):
         ge=1,
         description="--kv-cache-memory-bytes: KV bytes, bypassing memory profiling.",
     )
-    max_num_seqs: Annotated[int, Flag(panel=VLLM)] = Field(
-        default=256,
+    max_num_seqs: Annotated[int | None, Flag(panel=VLLM)] = Field(
+        default=None,
         ge=1,
         description="--max-num-seqs: sequences per scheduler step (sizes the sampler's warm-up "
-        "memory).",
+        "memory; default: vLLM's for the device, 256 on most GPUs, 1,024 on H100/H200-class).",
     )
     enforce_eager: Annotated[bool, Flag(panel=VLLM)] = Field(
         default=False, description="--enforce-eager: no CUDA-graph memory."
+    )
+    stated: frozenset[str] = Field(
+        default=frozenset(),
+        description="Which settings the user gave, as dotted field paths ('cache.platform', "
+        "'cache.max_model_len'); the rest are defaults. With --server, a stated setting the "
+        "server contradicts is refused, the others are read from the server.",
     )
     reserves: Annotated[
         Reserves,

@@ -14,7 +14,7 @@ from residency.capacity.request import CapacityRequest
 from residency.cli.options import SAMPLE_HELP
 from residency.cli.output import echo_json
 from residency.cli.qdrant_options import QDRANT_SECTION, checked_qdrant, qdrant_backend
-from residency.cli.spec import command
+from residency.cli.spec import command, stated
 from residency.corpus.samples import DEFAULT_SAMPLE
 from residency.flags import Flag, Section
 from residency.planning.plan_model import PlanSettings
@@ -30,7 +30,7 @@ class PlanArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    request: CapacityRequest = Field(
+    request: Annotated[CapacityRequest, Section(skip=frozenset({"stated"}))] = Field(
         default_factory=CapacityRequest, description="The host and the vLLM flags."
     )
     settings: Annotated[PlanSettings, Section(panel=_PLAN, skip=frozenset({"seed"}))] = Field(
@@ -98,7 +98,8 @@ def plan(args: PlanArgs) -> None:
     from residency.planning.plan_model import write_plan
     from residency.planning.run import PlanJob, run_plan
 
-    request, json = args.request, args.json_output
+    given = frozenset(p.removeprefix("request.") for p in stated() if p.startswith("request."))
+    request, json = args.request.model_copy(update={"stated": given}), args.json_output
     if args.capacity_only:
         report = build_capacity_report(request)
         if json:

@@ -256,13 +256,28 @@ def render(report: CapacityReport, console: Console) -> None:
             "kv_cache_size_tokens", f"{srv.kv_cache_tokens:,}", f"{srv.predicted_kv_cache_tokens:,}"
         )
         console.print(cmp)
-        console.print(
-            "[green]planner agrees with vLLM[/]"
-            if srv.agrees
-            else "[yellow]planner and vLLM disagree[/] (a server that runs tensor or pipeline "
-            "parallel needs the same --tensor-parallel-size / --pipeline-parallel-size here: "
-            "its metrics do not say)"
-        )
+        settings = inp.settings
+        read = f"--platform {settings.platform} and --dtype {settings.dtype} read from its numbers"
+        if srv.agrees:
+            console.print(f"[green]planner agrees with vLLM[/] ({read})", highlight=False)
+        else:
+            differ = [
+                f"{name} {ours:,} (planner) vs {theirs:,} (vLLM)"
+                for name, ours, theirs in (
+                    ("block_size", srv.predicted_block_size, srv.block_size),
+                    ("num_gpu_blocks", srv.predicted_num_blocks, srv.num_blocks),
+                    ("kv_cache_size_tokens", srv.predicted_kv_cache_tokens, srv.kv_cache_tokens),
+                )
+                if ours != theirs
+            ]
+            console.print(
+                f"[yellow]planner and vLLM disagree[/]: {'; '.join(differ)}. No --platform or "
+                f"--dtype reproduces the server's numbers; the inputs its metrics do not name: "
+                f"--tensor-parallel-size {settings.tensor_parallel_size}, "
+                f"--pipeline-parallel-size {settings.pipeline_parallel_size}, and the model "
+                f"config {escape(inp.model_config_source)}",
+                highlight=False,
+            )
     budget = report.plan.budget
     console.print(
         f"[bold]Resident budget: {report.resident_budget_tokens:,} tokens[/] "

@@ -23,6 +23,7 @@ once: a value out of bounds is one `ConfigError` line naming the flag, the value
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import re
 import types
@@ -308,13 +309,42 @@ def interval(rules: list[Any]) -> str:
     return f"{low or '(-inf'}, {high or 'inf)'}"
 
 
+_STATED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "residency_stated", default=frozenset()
+)
+
+
+def _stated(spec: CommandSpec) -> frozenset[str]:
+    """The dotted model paths of the options given on the command line or by environment."""
+    from typer._click.core import ParameterSource
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return frozenset()
+    given = {ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT}
+    return frozenset(
+        ".".join(leaf.path) for leaf in spec.leaves if ctx.get_parameter_source(leaf.param) in given
+    )
+
+
+def stated() -> frozenset[str]:
+    """Within a command: the options the user gave, as dotted model paths
+    ("request.cache.max_model_len"); the rest hold their defaults."""
+    return _STATED.get()
+
+
 def command(model: type[M]) -> Callable[[Callable[[M], Any]], Callable[..., Any]]:
     """A typer command callback whose options are `model`'s fields (see the module doc)."""
     spec = spec_of(model)
 
     def wrap(run: Callable[[M], Any]) -> Callable[..., Any]:
         def callback(**values: Any) -> Any:
-            return run(typing.cast(M, build(spec, values)))
+            token = _STATED.set(_stated(spec))
+            try:
+                return run(typing.cast(M, build(spec, values)))
+            finally:
+                _STATED.reset(token)
 
         params = []
         annotations: dict[str, Any] = {}

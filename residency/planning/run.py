@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from planner.kv_layout import batched_tokens
 from residency.capacity.report import CapacityReport, build_capacity_report
 from residency.capacity.request import CapacityRequest
 from residency.corpus.chunker_settings import ChunkerSettings
@@ -88,7 +89,7 @@ def _block_pool(report: CapacityReport) -> BlockPool | None:
         num_blocks=report.num_blocks,
         attention_groups=kinds.count("full_attention"),
         state_groups=kinds.count("linear_attention"),
-        prefill_chunk_tokens=report.inputs.settings.max_num_batched_tokens,
+        prefill_chunk_tokens=batched_tokens(report.inputs.settings),
         retention_interval=_retention_interval(report),
     )
 
