@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install plan lint typecheck test bench answers results cli-docs ci clean gpu-check
+.PHONY: install plan lint typecheck test test-fast bench answers results cli-docs ci clean gpu-check
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,13 @@ lint:
 typecheck:
 	$(VENV)/bin/mypy
 
+# Everything, as CI runs it (real vLLM CPU servers included).
 test:
 	$(PY) -m pytest
+
+# The inner loop: no vLLM server, no subprocess CLI matrix (a few minutes on 2 cores).
+test-fast:
+	$(PY) -m pytest -m "not vllm and not cli"
 
 bench:
 	mkdir -p .benchmarks

@@ -5,8 +5,11 @@ reused across runs while their spec and tokenizer are unchanged (content hash, s
 `residency.models.tiny`). The tokenizer is trained on the project's own corpus under
 ``residency/data/corpora/``. Servers run `python -m vllm.entrypoints.openai.api_server` from the
 interpreter running pytest (override with ``RESIDENCY_VLLM_PYTHON``); tests that need one carry
-``@pytest.mark.vllm``. What the CLI builds (sample indexes, models) goes to the checkout's
-``.cache/`` too (``RESIDENCY_CACHE``, unless set), not the user's cache directory.
+``@pytest.mark.vllm``. Every server comes from one session pool (tests/vllm_pool.py): one server
+per configuration, shared by every test that needs it, in the `--dtype` this CPU runs fastest
+(``RESIDENCY_TEST_DTYPE`` overrides); the number of start-ups is printed at the end of the run.
+What the CLI builds (sample indexes, models) goes to the checkout's ``.cache/`` too
+(``RESIDENCY_CACHE``, unless set), not the user's cache directory.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ import pytest
 os.environ.setdefault("RESIDENCY_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
 
 # tests/ is not a package: pytest (prepend import mode) puts this folder on sys.path.
-from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
+from vllm_pool import ServerSpec, VllmServerPool
+from vllm_server import REPO_ROOT, VllmServer, test_dtype_flag
 
+from planner.units import DTYPE_BYTES
 from residency.corpus.samples import DATA_ROOT
+from residency.cpu_dtype import choose_cpu_dtype, same_tokens_gib
 from residency.models import smollm2
 from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
@@ -61,24 +67,19 @@ REAL_MODEL_DIR = (
 REAL_MAX_MODEL_LEN = 8192
 # Prefix caching and token details as for the tiny models; compact JSON for the pruner / judge.
 REAL_SERVER_ARGS: tuple[str, ...] = DENSE_SERVER_ARGS
+# The hybrid model's shared server: prefix caching (mamba align mode) and token details.
+HYBRID_SERVER_ARGS: tuple[str, ...] = (*BASE_SERVER_ARGS, "--enable-prefix-caching")
+# bfloat16 where the CPU has AMX-BF16 or AVX512-BF16, else float32 (residency.cpu_dtype).
+SERVER_DTYPE = choose_cpu_dtype(test_dtype_flag())
+# Bytes per KV element on the suite's servers, and the VLLM_CPU_KVCACHE_SPACE a 1 GiB (bf16)
+# configuration gets: the same KV tokens on every CPU (tests/vllm_pool.py).
+SERVER_DTYPE_BYTES = DTYPE_BYTES[SERVER_DTYPE.dtype]
+SERVER_KV_GIB = same_tokens_gib(SERVER_DTYPE.dtype, KV_CACHE_SPACE_GIB)
 
 
 def _server_python() -> Path:
     """The interpreter that runs vLLM (the one running pytest unless overridden)."""
     return Path(os.environ.get("RESIDENCY_VLLM_PYTHON", sys.executable))
-
-
-def _factory(log_dir: Path) -> VllmServerFactory:
-    """A factory with this suite's defaults (served name, max_model_len, KV space, args)."""
-    return VllmServerFactory(
-        log_dir,
-        python=_server_python(),
-        served_model_name=SERVED_MODEL_NAME,
-        max_model_len=MAX_MODEL_LEN,
-        kv_cache_space_gib=KV_CACHE_SPACE_GIB,
-        extra_args=BASE_SERVER_ARGS,
-        before_start=_require_vllm,
-    )
 
 
 def _require_vllm() -> None:
@@ -116,23 +117,57 @@ def hybrid_model_dir(tiny_tokenizer_dir: Path) -> Path:
     return _build(HYBRID_SPEC, "hybrid", tiny_tokenizer_dir)
 
 
+_POOL: list[VllmServerPool] = []  # the session's pool, for the end-of-run summary
+
+
 @pytest.fixture(scope="session")
-def _session_server_factory(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[VllmServerFactory]:
-    factory = _factory(tmp_path_factory.mktemp("vllm-session-logs"))
+def vllm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmServerPool]:
+    """Every vLLM server of the run: one per configuration, started on first use."""
+    pool = VllmServerPool(
+        tmp_path_factory.mktemp("vllm-logs"),
+        python=_server_python(),
+        dtype=SERVER_DTYPE,
+        before_start=_require_vllm,
+    )
+    _POOL.append(pool)
     try:
-        yield factory
+        yield pool
     finally:
-        factory.close()
+        pool.close()
+
+
+@pytest.fixture
+def private_vllm(vllm_pool: VllmServerPool) -> Iterator[VllmServerPool]:
+    """The pool, for a test that starts servers of its own with `private(spec)` (to stop,
+    kill or restart them): they are stopped when the test ends."""
+    try:
+        yield vllm_pool
+    finally:
+        vllm_pool.close_private()
+
+
+def dense_server_spec(model_dir: Path) -> ServerSpec:
+    """The dense model's shared server: prefix caching, token details, compact JSON, 1 GiB."""
+    return ServerSpec(model_dir, DENSE_SERVER_ARGS, MAX_MODEL_LEN, KV_CACHE_SPACE_GIB, name="dense")
+
+
+def hybrid_server_spec(model_dir: Path) -> ServerSpec:
+    """The hybrid model's shared server: prefix caching (align mode), token details, 1 GiB."""
+    return ServerSpec(
+        model_dir, HYBRID_SERVER_ARGS, MAX_MODEL_LEN, KV_CACHE_SPACE_GIB, name="hybrid"
+    )
 
 
 @pytest.fixture(scope="session")
-def vllm_dense_server(
-    _session_server_factory: VllmServerFactory, dense_model_dir: Path
-) -> VllmServer:
+def vllm_dense_server(vllm_pool: VllmServerPool, dense_model_dir: Path) -> VllmServer:
     """The dense model: prefix caching, prompt token details, compact structured JSON, 1 GiB KV."""
-    return _session_server_factory(dense_model_dir, extra_args=DENSE_SERVER_ARGS, name="dense")
+    return vllm_pool.get(dense_server_spec(dense_model_dir), pin=True)
+
+
+@pytest.fixture
+def vllm_hybrid_server(vllm_pool: VllmServerPool, hybrid_model_dir: Path) -> VllmServer:
+    """The hybrid model's shared server (started on first use, shared with later tests)."""
+    return vllm_pool.get(hybrid_server_spec(hybrid_model_dir))
 
 
 @pytest.fixture(scope="session")
@@ -147,26 +182,45 @@ def real_model_dir() -> Path:
     return smollm2.build_smollm2(REAL_MODEL_DIR)
 
 
-@pytest.fixture(scope="session")
-def vllm_real_server(
-    _session_server_factory: VllmServerFactory, real_model_dir: Path
-) -> VllmServer:
-    """vLLM CPU serving SmolLM2-135M-Instruct (max_model_len 8,192, 1 GiB KV); started only by
-    the tests that ask for it."""
-    return _session_server_factory(
-        real_model_dir,
-        extra_args=REAL_SERVER_ARGS,
-        max_model_len=REAL_MAX_MODEL_LEN,
-        name="smollm2",
+def real_server_spec(model_dir: Path) -> ServerSpec:
+    """SmolLM2-135M-Instruct's shared server: max_model_len 8,192, 46,592 KV tokens."""
+    return ServerSpec(
+        model_dir,
+        REAL_SERVER_ARGS,
+        REAL_MAX_MODEL_LEN,
+        KV_CACHE_SPACE_GIB,
         served_model_name=smollm2.SERVED_NAME,
+        name="smollm2",
     )
 
 
-@pytest.fixture
-def vllm_server_factory(tmp_path: Path) -> Iterator[VllmServerFactory]:
-    """Start servers for any model dir / args / env; all are stopped when the test ends."""
-    factory = _factory(tmp_path)
-    try:
-        yield factory
-    finally:
-        factory.close()
+@pytest.fixture(scope="session")
+def vllm_real_server(vllm_pool: VllmServerPool, real_model_dir: Path) -> VllmServer:
+    """vLLM CPU serving SmolLM2-135M-Instruct (max_model_len 8,192, 46,592 KV tokens); started
+    only by the tests that ask for it."""
+    return vllm_pool.get(real_server_spec(real_model_dir), pin=True)
+
+
+@pytest.fixture(scope="session")
+def en_real_index(vllm_real_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The English sample, BM25-only, token counts from the real server's tokenizer: built once
+    per run for every module that plans it against SmolLM2 (read-only: copy it to change it)."""
+    from residency.corpus.samples import EN_SAMPLE
+    from residency.index import build_index
+    from residency.planning.run import sample_index_options
+    from residency.tokenizer import ServerTokenizer
+
+    index_dir = tmp_path_factory.mktemp("real-en") / "index"
+    build_index(
+        EN_SAMPLE.docs,
+        index_dir,
+        sample_index_options(EN_SAMPLE, dense=False),
+        ServerTokenizer(vllm_real_server.base_url),
+    )
+    return index_dir
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many vLLM servers this run started, and how long each took."""
+    for pool in _POOL:
+        terminalreporter.write_line(pool.summary())

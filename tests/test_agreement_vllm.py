@@ -1,15 +1,21 @@
-"""The capacity planner agrees with the real vLLM CPU server, exactly.
+"""The capacity planner agrees with vLLM on vLLM CPU, exactly.
 
-For each tiny configuration a real server is started, and the real CLI predicts it twice:
-- `residency plan --server URL --platform cpu --json` reads vLLM's own `vllm:cache_config_info`
-  and predicts block size, number of blocks and KV-cache tokens from the model's config.json
-  and the server's KV bytes;
-- `residency plan --model DIR --kv-cache-memory-bytes N --platform cpu FLAGS --json` predicts
-  them from the config and the same vLLM flags alone, as a user plans before starting a server
-  (hybrid models: the GDN state dtype is resolved by the planner, not read from the server).
-Both must equal vLLM's numbers, the token count must equal the "KV cache size: N tokens" log
-line, and for hybrid models the state dtype, the attention block and the mamba padding must
-match what vLLM logged.
+For each tiny configuration the real CLI predicts vLLM's block size, number of blocks and
+KV-cache tokens from the model's config.json and the `vllm serve` flags alone
+(`residency plan --model DIR --kv-cache-memory-bytes N --platform cpu FLAGS --json`, as a user
+plans before starting a server); for hybrid models the GDN state dtype, the attention block and
+the mamba page padding too. Two sources of vLLM's own numbers:
+
+- vLLM's functions, in-process (tests/vllm_oracle.py: `EngineArgs.create_engine_config`, then
+  `get_kv_cache_configs` / `get_kv_cache_capacity`) for the whole matrix;
+- real vLLM CPU servers for a representative subset, each started once: the suite's shared dense
+  and hybrid servers, SmolLM2 (tests/test_real_model_vllm.py) and one tensor-parallel hybrid
+  server. There `residency plan --server URL` reads vLLM's `vllm:cache_config_info`, both
+  predictions must equal it and the "KV cache size: N tokens" log line, and the in-process numbers
+  must equal the server's (which holds the oracle to a running engine).
+
+Every flag set gets this CPU's `--dtype` (tests/conftest.py SERVER_DTYPE) unless it names one,
+and the KV space is scaled with it, as the pool starts servers.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from pathlib import Path
 
 import pytest
 from agreement import BLOCK_LOG, PADDING_LOG, assert_planner_agrees, plan_offline
-from conftest import CACHE_DIR
-from vllm_server import VllmServerFactory
+from conftest import CACHE_DIR, HYBRID_SERVER_ARGS, MAX_MODEL_LEN
+from vllm_oracle import VllmNumbers, vllm_numbers
+from vllm_pool import ServerSpec, VllmServerPool
+from vllm_server import VllmServer
 
 from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
 
@@ -59,7 +67,7 @@ WIDE_STATE_SPEC = _hybrid(
     linear_value_head_dim=128,
 )
 
-# (id, model spec, extra server args, max_model_len, VLLM_CPU_KVCACHE_SPACE GiB)
+# (id, model spec, vLLM flags that shape the KV cache, max_model_len, KV GiB in bfloat16)
 CONFIGS: list[tuple[str, TinyModelSpec, tuple[str, ...], int, int]] = [
     ("dense-gqa", DENSE_SPEC, (), 32768, 1),
     ("dense-mqa", DENSE_SPEC.model_copy(update={"num_key_value_heads": 1}), (), 32768, 1),
@@ -90,50 +98,6 @@ CONFIGS: list[tuple[str, TinyModelSpec, tuple[str, ...], int, int]] = [
     ("hybrid-state-below-one-page", SMALL_STATE_SPEC, (), 32768, 1),
     ("hybrid-8-layers-wide-state", WIDE_STATE_SPEC, (), 32768, 1),
 ]
-
-
-@pytest.mark.parametrize(
-    ("spec", "server_args", "max_model_len", "kv_gib"),
-    [pytest.param(*c[1:], id=c[0]) for c in CONFIGS],
-)
-def test_planner_matches_vllm_cpu_server(
-    vllm_server_factory: VllmServerFactory,
-    tiny_tokenizer_dir: Path,
-    request: pytest.FixtureRequest,
-    spec: TinyModelSpec,
-    server_args: tuple[str, ...],
-    max_model_len: int,
-    kv_gib: int,
-) -> None:
-    name = request.node.callspec.id
-    model_dir = build_tiny_model(spec, CACHE_DIR / f"agreement-{name}", tiny_tokenizer_dir)
-    server = vllm_server_factory(
-        model_dir,
-        extra_args=("--enforce-eager", *server_args),
-        max_model_len=max_model_len,
-        kv_cache_space_gib=kv_gib,
-        name=name,
-    )
-    report, offline = assert_planner_agrees(server, model_dir, max_model_len, kv_gib, server_args)
-    log = server.log_text()
-    layout = offline["plan"]["layout"]
-    if spec.kind != "hybrid":
-        return
-    # The state dtype the planner resolved is the one vLLM resolved (its label is post-rule;
-    # "auto" there means the conv-state dtype).
-    label = report["server"]["cache_config_info"]["mamba_ssm_cache_dtype"]
-    assert layout["mamba_ssm_cache_dtype"] == (
-        layout["mamba_cache_dtype"] if label == "auto" else label
-    )
-    args = list(server_args)
-    default_block = int(args[args.index("--block-size") + 1]) if "--block-size" in args else 128
-    grown = BLOCK_LOG.findall(log)
-    assert [int(b) for b in grown[-1:]] == (
-        [layout["block_size"]] if layout["block_size"] > default_block else []
-    )
-    page, state = layout["page_size_bytes"], layout["mamba_page_size_bytes"]
-    padding = PADDING_LOG.findall(log)
-    assert padding[-1:] == ([f"{100 * (page - state) / state:.2f}"] if page > state else [])
 
 
 def _bind_per_rank(ranks: int) -> str:
@@ -172,12 +136,57 @@ PARALLEL_CONFIGS: list[tuple[str, TinyModelSpec, tuple[str, ...], int, int]] = [
 ]
 
 
+def _model(spec: TinyModelSpec, name: str, tokenizer_dir: Path) -> Path:
+    return build_tiny_model(spec, CACHE_DIR / f"agreement-{name}", tokenizer_dir)
+
+
+def _assert_hybrid_layout(layout: dict[str, object], numbers: VllmNumbers) -> None:
+    """The planner's GDN state dtype, attention block and mamba page padding are vLLM's."""
+    label = numbers.mamba_ssm_cache_dtype  # post-rule; "auto" means the conv-state dtype
+    assert layout["mamba_ssm_cache_dtype"] == (
+        layout["mamba_cache_dtype"] if label == "auto" else label
+    )
+    page, state = layout["page_size_bytes"], layout["mamba_page_size_bytes"]
+    assert isinstance(page, int)
+    assert isinstance(state, int)
+    # vLLM pads the state page up to the attention page when the attention page is larger
+    # (vllm/platforms/interface.py _align_hybrid_block_size); equal pages need no padding.
+    assert numbers.mamba_page_size_padded == (page if page > state else None)
+
+
+@pytest.mark.parametrize(
+    ("spec", "flags", "max_model_len", "kv_gib"),
+    [pytest.param(*c[1:], id=c[0]) for c in CONFIGS],
+)
+def test_planner_matches_vllms_own_numbers(
+    vllm_pool: VllmServerPool,
+    tiny_tokenizer_dir: Path,
+    request: pytest.FixtureRequest,
+    spec: TinyModelSpec,
+    flags: tuple[str, ...],
+    max_model_len: int,
+    kv_gib: int,
+) -> None:
+    model_dir = _model(spec, request.node.callspec.id, tiny_tokenizer_dir)
+    server = ServerSpec(model_dir, flags, max_model_len, kv_gib)
+    args, gib = vllm_pool.args_of(server), vllm_pool.kv_gib_of(server)
+    assert gib is not None
+    numbers = vllm_numbers(
+        model_dir, ("--enforce-eager", *args), max_model_len=max_model_len, kv_cache_space_gib=gib
+    )
+    offline = plan_offline(model_dir, max_model_len, gib, *args)
+    predicted = (offline["block_size"], offline["num_blocks"], offline["kv_cache_tokens"])
+    assert predicted == (numbers.block_size, numbers.num_blocks, numbers.kv_cache_tokens)
+    if spec.kind == "hybrid":
+        _assert_hybrid_layout(offline["plan"]["layout"], numbers)
+
+
 @pytest.mark.parametrize(
     ("spec", "parallel_args", "max_model_len", "kv_gib"),
     [pytest.param(*c[1:], id=c[0]) for c in PARALLEL_CONFIGS],
 )
-def test_planner_matches_vllm_cpu_server_in_parallel(
-    vllm_server_factory: VllmServerFactory,
+def test_planner_matches_vllms_own_numbers_in_parallel(
+    vllm_pool: VllmServerPool,
     tiny_tokenizer_dir: Path,
     request: pytest.FixtureRequest,
     spec: TinyModelSpec,
@@ -185,24 +194,103 @@ def test_planner_matches_vllm_cpu_server_in_parallel(
     max_model_len: int,
     kv_gib: int,
 ) -> None:
-    if len(os.sched_getaffinity(0)) < 2:
-        pytest.skip("two ranks need two cores")  # pragma: no cover - CI has two
     name = request.node.callspec.id
-    model_dir = build_tiny_model(spec, CACHE_DIR / f"agreement-{name}", tiny_tokenizer_dir)
-    server = vllm_server_factory(
+    model_dir = _model(spec, name, tiny_tokenizer_dir)
+    server = ServerSpec(model_dir, parallel_args, max_model_len, kv_gib)
+    args, gib = vllm_pool.args_of(server), vllm_pool.kv_gib_of(server)
+    assert gib is not None
+    numbers = vllm_numbers(
         model_dir,
-        extra_args=("--enforce-eager", "--distributed-executor-backend", "mp", *parallel_args),
-        env={"VLLM_CPU_OMP_THREADS_BIND": _bind_per_rank(2)},
+        ("--enforce-eager", "--distributed-executor-backend", "mp", *args),
         max_model_len=max_model_len,
-        kv_cache_space_gib=kv_gib,
-        name=name,
+        kv_cache_space_gib=gib,
     )
-    _, offline = assert_planner_agrees(
-        server, model_dir, max_model_len, kv_gib, parallel_args=parallel_args
-    )
+    offline = plan_offline(model_dir, max_model_len, gib, *args)
+    predicted = (offline["block_size"], offline["num_blocks"], offline["kv_cache_tokens"])
+    assert predicted == (numbers.block_size, numbers.num_blocks, numbers.kv_cache_tokens)
     # The same flags without the parallel sizes predict a different pool: the test can fail.
-    single = plan_offline(model_dir, max_model_len, kv_gib)
+    single = plan_offline(model_dir, max_model_len, gib, *vllm_pool.args_of(ServerSpec(model_dir)))
     if name == "dense-mqa-tp2":
         assert single["num_blocks"] == offline["num_blocks"]  # replicated: one head per rank
     else:
         assert single["num_blocks"] != offline["num_blocks"]
+
+
+# --- real servers: the representative subset -------------------------------------------------
+
+
+def _assert_server_agrees(
+    pool: VllmServerPool, server: VllmServer, spec: ServerSpec, parallel_args: tuple[str, ...] = ()
+) -> dict[str, object]:
+    """`plan --server` and the offline plan equal the server, and so do vLLM's functions."""
+    gib = pool.kv_gib_of(spec)
+    assert gib is not None
+    args = pool.args_of(spec)
+    # Only the flags the planner knows: the KV-shaping ones (not --enable-prompt-tokens-details).
+    plan_flags = tuple(
+        a for a in args if a not in ("--enforce-eager", "--enable-prompt-tokens-details")
+    )
+    plan_flags = tuple(a for a in plan_flags if not a.startswith("--structured-outputs"))
+    report, offline = assert_planner_agrees(
+        server,
+        spec.model_dir,
+        spec.max_model_len,
+        gib,
+        tuple(a for a in plan_flags if a not in parallel_args),
+        parallel_args,
+    )
+    numbers = vllm_numbers(
+        spec.model_dir, args, max_model_len=spec.max_model_len, kv_cache_space_gib=gib
+    )
+    served = report["server"]
+    assert isinstance(served, dict)
+    assert (numbers.block_size, numbers.num_blocks, numbers.kv_cache_tokens) == (
+        served["block_size"],
+        served["num_blocks"],
+        served["kv_cache_tokens"],
+    )
+    return offline
+
+
+def test_planner_and_vllms_functions_match_the_dense_server(
+    vllm_pool: VllmServerPool, vllm_dense_server: VllmServer, dense_model_dir: Path
+) -> None:
+    from conftest import dense_server_spec
+
+    _assert_server_agrees(vllm_pool, vllm_dense_server, dense_server_spec(dense_model_dir))
+
+
+def test_planner_and_vllms_functions_match_the_hybrid_server(
+    vllm_pool: VllmServerPool, vllm_hybrid_server: VllmServer, hybrid_model_dir: Path
+) -> None:
+    from conftest import hybrid_server_spec
+
+    spec = hybrid_server_spec(hybrid_model_dir)
+    offline = _assert_server_agrees(vllm_pool, vllm_hybrid_server, spec)
+    layout = offline["plan"]["layout"]  # type: ignore[index]
+    log = vllm_hybrid_server.log_text()
+    default_block = 128
+    grown = BLOCK_LOG.findall(log)
+    assert [int(b) for b in grown[-1:]] == (
+        [layout["block_size"]] if layout["block_size"] > default_block else []
+    )
+    page, state = layout["page_size_bytes"], layout["mamba_page_size_bytes"]
+    padding = PADDING_LOG.findall(log)
+    assert padding[-1:] == ([f"{100 * (page - state) / state:.2f}"] if page > state else [])
+
+
+def test_planner_and_vllms_functions_match_a_tensor_parallel_hybrid_server(
+    vllm_pool: VllmServerPool, hybrid_model_dir: Path
+) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two ranks need two cores")  # pragma: no cover - CI has two
+    parallel = ("--tensor-parallel-size", "2")
+    spec = ServerSpec(
+        hybrid_model_dir,
+        (*HYBRID_SERVER_ARGS, "--distributed-executor-backend", "mp", *parallel),
+        MAX_MODEL_LEN,
+        1,
+        env=(("VLLM_CPU_OMP_THREADS_BIND", _bind_per_rank(2)),),
+        name="hybrid-tp2",
+    )
+    _assert_server_agrees(vllm_pool, vllm_pool.get(spec), spec, parallel)

@@ -1,5 +1,12 @@
 """`residency demo` as a user runs it: a real subprocess that starts real vLLM and router servers.
 
+The whole demo runs once per test run (the `demo_run` fixture, ~2 minutes on 2 cores); the tests
+check its parts on that run's output. What needs another run calls the steps directly: the tiny
+model's build, the length choice under a budget too small (unit tests of `choose_lengths`), and
+SIGTERM mid-run, which stops the demo while it waits for a stand-in server (tests/standin_vllm.py,
+started through `--python`: it forks as vLLM's API server forks its engine core) — whether a
+real vLLM's whole process group goes with a stop is tested on real servers (test_warm_vllm.py).
+
 Every process the demo starts is found by scanning /proc, whatever became of its parent: by a
 unique environment variable the demo passes on, and by session (each server leads a session of
 its own). The environment alone is not enough: vLLM renames its engine core and worker with
@@ -16,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,17 +32,21 @@ import pytest
 from vllm_server import REPO_ROOT, process_group_alive
 
 from residency.demo import DemoReport
+from residency.demo.budget import LENGTH_LADDER, MIN_LENGTHS
+from residency.demo.options import DemoOptions
+from residency.demo.run import _build, pick_model
+from residency.planning.plan_model import read_plan
 
 pytestmark = pytest.mark.vllm
 
 MARK = "RESIDENCY_DEMO_TEST_RUN"
 SHORT = ("--repeats", "2", "--cold-repeats", "1")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STANDIN = Path(__file__).resolve().parent / "standin_vllm.py"
 
 
-@pytest.fixture
-def mark() -> str:
-    """A token only this test's demo and its descendants carry in their environment."""
+def new_mark() -> str:
+    """A token only one demo and its descendants carry in their environment."""
     if importlib.util.find_spec("vllm") is None:
         pytest.fail(
             f"vLLM is not installed in {sys.executable}; install it with: "
@@ -42,6 +54,25 @@ def mark() -> str:
             pytrace=False,
         )
     return secrets.token_hex(8)
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    """The one demo run: its output folder, stdout, report and marker."""
+
+    out: Path
+    stdout: str
+    report: DemoReport
+    mark: str
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """`residency demo` run once, to the end, with the defaults a user gets."""
+    mark = new_mark()
+    out = tmp_path_factory.mktemp("demo") / "demo-out"
+    stdout, report = run_demo(out, mark)
+    return DemoRun(out, stdout, report, mark)
 
 
 def demo_env(mark: str) -> dict[str, str]:
@@ -133,9 +164,8 @@ def assert_nothing_left(report: DemoReport, mark: str) -> None:
     assert demo_processes(mark, {s.pgid for s in report.servers}) == []
 
 
-def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path, mark: str) -> None:
-    out = tmp_path / "demo-out"
-    stdout, report = run_demo(out, mark)
+def test_demo_runs_end_to_end_and_leaves_nothing_behind(demo_run: DemoRun) -> None:
+    out, stdout, report = demo_run.out, demo_run.stdout, demo_run.report
     steps = ("model", "vllm", "probe", "plan", "warm", "router", "questions", "bench", "stop")
     for step in steps:
         assert f"✓ {step}" in stdout, stdout
@@ -170,46 +200,63 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path, mark: st
         assert q.cached_tokens is not None
         assert q.cached_tokens >= prefix_tokens - report.bench.block_size
     assert report.warm.resident
-    # Lengths chosen from the measured rate: shortest first, within the 8K window, the
-    # resident prefix at its real size last; what the window rules out is said in one line.
+    assert_nothing_left(report, demo_run.mark)
+
+
+def test_the_demo_runs_vllm_in_the_dtype_its_cpu_computes_fastest(demo_run: DemoRun) -> None:
+    report, stdout = demo_run.report, demo_run.stdout
+    native = report.machine.vector_isa in ("amx_bf16", "avx512_bf16")
+    assert report.dtype.dtype == ("bfloat16" if native else "float32")
+    assert f"· dtype {report.dtype.reason}" in stdout
+    vllm = next(s for s in report.servers if s.name == "vllm")
+    assert vllm.command[vllm.command.index("--dtype") + 1] == report.dtype.dtype
+    # The KV space follows the dtype, so the plan holds SmolLM2's 46,592 tokens either way.
+    plan = read_plan(Path(report.plan_path))
+    assert plan.capacity.kv_cache_tokens == 46_592
+
+
+def test_the_ttft_comparison_keeps_at_least_two_lengths(demo_run: DemoRun) -> None:
+    report = demo_run.report
+    assert report.bench is not None
+    # Lengths chosen from the measured rate: the two shortest always, longer ones as the budget
+    # fits, within the 8K window; the resident prefix at its real size last; what the window
+    # rules out is said in one line.
     assert len(report.prefill.probes) == 2
     labels = [row.label for row in report.bench.results]
-    assert labels[-1] == "plan"
-    lengths = [int(x) for x in labels[:-1]]
+    lengths = [int(x) for x in labels if x != "plan"]
+    assert lengths[:MIN_LENGTHS] == list(LENGTH_LADDER[:MIN_LENGTHS])
     assert lengths == sorted(lengths)
     assert all(n < 8192 for n in lengths)
+    assert labels[-1] == "plan" or any("prefix row" in line for line in report.scaled_down)
     assert any("exceed max_model_len 8,192" in line for line in report.scaled_down)
     for row in report.bench.results:
         assert row.warm_over_cold is not None, row
         assert row.warm_over_cold < 1, row
     assert report.bench.coverage is not None
-    logged = (out / "query-log.jsonl").read_text("utf-8").splitlines()
+    logged = (demo_run.out / "query-log.jsonl").read_text("utf-8").splitlines()
     assert len(logged) >= len(report.questions)
-    assert_nothing_left(report, mark)
 
 
-def test_tiny_model_and_a_budget_too_small_for_the_comparison(tmp_path: Path, mark: str) -> None:
-    out = tmp_path / "demo-out"
-    stdout, report = run_demo(out, mark, "--model", "tiny", "--time-budget", "1")
-    assert (report.model, report.sample) == ("tiny", "harbor-lights")
-    # One second is spent before the comparison could start: it is left out, and said so.
-    assert report.bench is None
-    assert report.plot_path is None
-    assert not (out / "ttft.png").exists()
-    assert "✓ bench" not in stdout
-    (line,) = report.scaled_down
-    assert "prefix row" in line
-    assert "raise --time-budget" in line
-    assert "scaled down: " in stdout
-    assert report.total_s > report.time_budget_s
-    assert "over --time-budget" in stdout
-    assert report.warm.resident  # the prefix is still warmed: only the comparison shrinks
-    assert_nothing_left(report, mark)
+def test_the_tiny_model_serves_the_japanese_sample(tmp_path: Path) -> None:
+    options = DemoOptions(out_dir=tmp_path / "out", model="tiny", cache_dir=REPO_ROOT / ".cache")
+    served = _build(options, pick_model("tiny", print))
+    assert (served.model, served.served_name, served.sample.name) == (
+        "tiny",
+        "tiny",
+        "harbor-lights",
+    )
+    assert (served.model_dir / "config.json").is_file()
+    assert served.max_model_len == 32768
 
 
-def test_sigterm_mid_run_stops_every_server(tmp_path: Path, mark: str) -> None:
+def test_sigterm_mid_run_stops_every_server(tmp_path: Path) -> None:
+    mark = new_mark()
+    # A "python" that runs the stand-in whatever module it is asked for (`-m vllm...`).
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} {STANDIN} "$@"\n')
+    python.chmod(0o755)
     proc = subprocess.Popen(
-        demo_argv(tmp_path / "demo-out"),
+        [*demo_argv(tmp_path / "demo-out"), "--python", str(python)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -220,17 +267,17 @@ def test_sigterm_mid_run_stops_every_server(tmp_path: Path, mark: str) -> None:
         seen: list[str] = []
         for line in lines_of(proc.stdout):
             seen.append(line)
-            if line.startswith("✓ router"):  # vLLM and the router are both up now
+            if line.startswith("· starting the vLLM CPU server"):
                 break
         else:
-            pytest.fail(f"the demo ended before its router started:\n{''.join(seen)}")
-        sids = server_sessions(mark)
-        running = [p.cmdline for p in demo_processes(mark, sids)]
-        # The demo, vLLM's API server, engine core and worker, the router.
-        assert len(sids) == 2, running
-        assert any("vllm.entrypoints.openai.api_server" in p for p in running), running
-        assert any(p.startswith("VLLM::") for p in running), running
-        assert any(" serve " in p for p in running), running
+            pytest.fail(f"the demo ended before starting its server:\n{''.join(seen)}")
+        # The stand-in and the child it forked, in a session of their own.
+        deadline = time.monotonic() + 120
+        while len(running := demo_processes(mark, sids := server_sessions(mark))) < 3:
+            assert time.monotonic() < deadline, f"the stand-in never forked: {running}"
+            time.sleep(0.1)
+        assert len(sids) == 1, running
+        assert sum(STANDIN.name in p.cmdline for p in running) == 2, running
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     finally:

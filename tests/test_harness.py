@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import SERVER_DTYPE_BYTES, SERVER_KV_GIB
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
-from vllm_server import VllmServer, VllmServerError, VllmServerFactory, process_group_alive
+from vllm_pool import ServerSpec, VllmServerPool
+from vllm_server import VllmServer, VllmServerError
 
 from residency.corpus.samples import DATA_ROOT
 from residency.models.tiny import HYBRID_SPEC, TinyModelSpec, build_tiny_model
@@ -159,14 +161,21 @@ def test_dense_server_cache_config_info(vllm_dense_server: VllmServer) -> None:
     num_blocks = int(labels["num_gpu_blocks"])
     assert block_size == 128  # the CPU backend's default when --block-size is not given
     assert labels["enable_prefix_caching"] == "True"
-    assert labels["kv_cache_memory_bytes"] == str(1 << 30)  # VLLM_CPU_KVCACHE_SPACE=1
-    # One block holds block_size tokens of K and V for every layer:
-    # 4 layers x 2 kv heads x (64 + 64) x 2 bytes (bf16) x 128 = 262,144 bytes -> 4,096 blocks.
+    # VLLM_CPU_KVCACHE_SPACE: 1 GiB in bfloat16, 2 GiB in float32 (tests/vllm_pool.py).
+    assert labels["kv_cache_memory_bytes"] == str(SERVER_KV_GIB << 30)
+    # One block holds block_size tokens of K and V for every layer: 4 layers x 2 kv heads x
+    # (64 + 64) x 2 bytes (bf16) x 128 = 262,144 bytes -> 4,096 blocks in 1 GiB (float32: twice
+    # the bytes in twice the space, the same blocks).
     spec = TinyModelSpec()
     page_bytes = (
-        spec.num_hidden_layers * spec.num_key_value_heads * 2 * spec.head_dim * 2 * block_size
+        spec.num_hidden_layers
+        * spec.num_key_value_heads
+        * 2
+        * spec.head_dim
+        * SERVER_DTYPE_BYTES
+        * block_size
     )
-    assert num_blocks == (1 << 30) // page_bytes
+    assert num_blocks == (SERVER_KV_GIB << 30) // page_bytes == 4096
     assert int(labels["kv_cache_size_tokens"]) == num_blocks * block_size
 
 
@@ -198,14 +207,8 @@ def test_dense_server_prefix_cache_hits_on_repeat(vllm_dense_server: VllmServer)
 
 
 @pytest.mark.vllm
-def test_hybrid_server_starts_and_completes(
-    vllm_server_factory: VllmServerFactory, hybrid_model_dir: Path
-) -> None:
-    server = vllm_server_factory(
-        hybrid_model_dir,
-        extra_args=("--enforce-eager", "--enable-prefix-caching"),
-        name="hybrid",
-    )
+def test_hybrid_server_starts_and_completes(vllm_hybrid_server: VllmServer) -> None:
+    server = vllm_hybrid_server
     body = _post(
         server,
         "/v1/completions",
@@ -216,41 +219,39 @@ def test_hybrid_server_starts_and_completes(
     labels = _labels(httpx.get(f"{server.base_url}/metrics").text, "vllm:cache_config_info")
     assert labels["mamba_cache_mode"] == "align"  # set automatically with prefix caching
     # The attention block grows until its page covers one GDN state (vllm/platforms/interface.py
-    # _align_hybrid_block_size). Per GDN layer: conv state (2*2*64 + 4*64) x 3 x 2 B = 3,072 B,
-    # plus the SSM state 4 x 64 x 64 elements: float32 on an AVX512-BF16 CPU (vllm/platforms/
-    # cpu.py), 65,536 B, so 68,608 B in all; bfloat16 elsewhere, 35,840 B. The attention layer
-    # stores 2 kv heads x (64 + 64) x 2 B = 512 B per token, so the block is
-    # 128 x ceil(68,608 / (128 x 512)) = 256 tokens (128 with the bf16 state).
-    # The label is vLLM's resolved value; "auto" means the bf16 conv-state dtype.
-    ssm_bytes = 4 if labels["mamba_ssm_cache_dtype"] == "float32" else 2
+    # _align_hybrid_block_size). Per GDN layer, in the model dtype d (2 B bf16, 4 B float32):
+    # conv state (2*2*64 + 4*64) x 3 x d, plus the SSM state 4 x 64 x 64 elements, float32 on an
+    # AVX512-BF16 CPU (vllm/platforms/cpu.py), else the conv dtype. The attention layer stores
+    # 2 kv heads x (64 + 64) x d per token, so in bfloat16 on an AVX512-BF16 CPU:
+    # 3,072 + 65,536 = 68,608 B against 512 B per token: 128 x ceil(68,608 / 65,536) = 256-token
+    # blocks; with a 16-bit state (35,840 B), or all in float32 (71,680 B against 1,024 B per
+    # token), 128. The label is vLLM's resolved value ("auto": the conv-state dtype).
+    d = SERVER_DTYPE_BYTES
+    ssm_bytes = 4 if labels["mamba_ssm_cache_dtype"] == "float32" else d
     spec = HYBRID_SPEC
     conv_dim = 2 * spec.linear_num_key_heads * spec.linear_key_head_dim + (
         spec.linear_num_value_heads * spec.linear_value_head_dim
     )
     mamba_page_bytes = (
-        conv_dim * (spec.linear_conv_kernel_dim - 1) * 2
+        conv_dim * (spec.linear_conv_kernel_dim - 1) * d
         + (spec.linear_num_value_heads * spec.linear_key_head_dim * spec.linear_value_head_dim)
         * ssm_bytes
     )
-    attention_bytes_per_token = spec.num_key_value_heads * 2 * spec.head_dim * 2
+    attention_bytes_per_token = spec.num_key_value_heads * 2 * spec.head_dim * d
     expected_block_size = 128 * -(-mamba_page_bytes // (128 * attention_bytes_per_token))
-    assert int(labels["block_size"]) == expected_block_size == (256 if ssm_bytes == 4 else 128)
-    # 4 groups of 1 layer share one pool of equal pages: 1 GiB / (256 x 512 B) = 8,192 blocks
-    # (16,384 with 128-token blocks).
-    assert int(labels["num_gpu_blocks"]) == (1 << 30) // (expected_block_size * 512)
-
-    pgid = server.pid
-    assert pgid is not None
-    server.stop()
-    assert not process_group_alive(pgid)  # API server, engine core and worker are all gone
+    assert int(labels["block_size"]) == expected_block_size
+    assert expected_block_size == (256 if (d, ssm_bytes) == (2, 4) else 128)
+    # 4 groups of 1 layer share one pool of equal pages.
+    page_bytes = expected_block_size * attention_bytes_per_token
+    assert int(labels["num_gpu_blocks"]) == (SERVER_KV_GIB << 30) // page_bytes
 
 
 @pytest.mark.vllm
 def test_server_that_dies_fails_fast_with_its_log(
-    vllm_server_factory: VllmServerFactory, tmp_path: Path
+    private_vllm: VllmServerPool, tmp_path: Path
 ) -> None:
     not_a_model = tmp_path / "not-a-model"
     not_a_model.mkdir()
     with pytest.raises(VllmServerError, match="exited with code") as excinfo:
-        vllm_server_factory(not_a_model, name="broken")
+        private_vllm.private(ServerSpec(not_a_model, name="broken"))
     assert str(not_a_model) in str(excinfo.value)  # the log tail names the bad model dir

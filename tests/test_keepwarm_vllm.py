@@ -19,14 +19,12 @@ from router_server import RouterProcess
 from vllm_server import VllmServer
 
 from residency.corpus.samples import EN_SAMPLE
-from residency.index import build_index, open_index
+from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
-from residency.planning.run import sample_index_options
 from residency.query_log import read_query_log
 from residency.serve.context import ContextBuilder
 from residency.serve.headers import PREFIX_HEADER
 from residency.serve.settings import ServeSettings
-from residency.tokenizer import ServerTokenizer
 
 pytestmark = pytest.mark.vllm
 
@@ -37,17 +35,13 @@ MAX_LONG_QUESTIONS = 12
 
 @pytest.fixture(scope="module")
 def default_plan(
-    vllm_real_server: VllmServer, tmp_path_factory: pytest.TempPathFactory
+    vllm_real_server: VllmServer,
+    en_real_index: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, Path]:
     """(plan.json as `residency plan` makes it by default, its BM25 index)."""
     root = tmp_path_factory.mktemp("keepwarm-real")
-    index_dir = root / "index"
-    build_index(
-        EN_SAMPLE.docs,
-        index_dir,
-        sample_index_options(EN_SAMPLE, dense=False),
-        ServerTokenizer(vllm_real_server.base_url),
-    )
+    index_dir = en_real_index
     out = root / "plan.json"
     done = subprocess.run(
         [

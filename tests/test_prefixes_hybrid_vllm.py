@@ -21,8 +21,10 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from conftest import HYBRID_SERVER_ARGS
 from router_server import RouterProcess
-from vllm_server import VllmServer, VllmServerFactory
+from vllm_pool import ServerSpec, VllmServerPool
+from vllm_server import VllmServer
 
 from planner import CacheSettings
 from planner.budget import Reserves
@@ -42,7 +44,7 @@ from residency.tokenizer import ServerTokenizer
 
 pytestmark = pytest.mark.vllm
 
-SERVER_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching")
+SERVER_ARGS = HYBRID_SERVER_ARGS
 POOL_BLOCKS = 64
 SUFFIX = 10  # tokens after the prefix in every prompt (a request's own tokens)
 PREFIXES = 4
@@ -73,51 +75,63 @@ def _warm_then_probe(client: httpx.Client, count: int, prefix: int, seed: int) -
     return [_cached(client, ids) >= prefix for ids in reversed(prompts)]
 
 
-@pytest.mark.parametrize(
-    ("prefix_tokens", "chunk_tokens", "predicted"),
-    [(512, 2048, 11), (1024, 512, 8)],
-    ids=["one-chunk", "two-chunks"],
-)
-def test_planner_count_of_hybrid_prefixes_is_what_vllm_keeps(
-    vllm_server_factory: VllmServerFactory,
-    hybrid_model_dir: Path,
-    prefix_tokens: int,
-    chunk_tokens: int,
-    predicted: int,
-) -> None:
-    server = vllm_server_factory(
+# Prefixes per pool, by the server's attention block (which depends on the CPU and the dtype:
+# 256 tokens with a float32 GDN state beside bfloat16 attention, 128 otherwise): 64 blocks, one
+# null block and a headroom of 4 (one attention block, one running state per GDN group) leave
+# 59 for prefixes of ceil(tokens / block) attention blocks and 3 state blocks each.
+# One chunk (256 + SUFFIX tokens within a 512-token chunk): 59 // (1 + 3) = 14 with 256-token
+# blocks, 59 // (2 + 3) = 11 with 128. Two chunks (1,024 tokens): 59 // (4 + 3) = 8 and
+# 59 // (8 + 3) = 5.
+PREDICTED: dict[str, dict[int, int]] = {
+    "one-chunk": {256: 14, 128: 11},
+    "two-chunks": {256: 8, 128: 5},
+}
+CHUNK_TOKENS = 512
+
+
+@pytest.fixture(scope="module")
+def pool_server(vllm_pool: VllmServerPool, hybrid_model_dir: Path) -> VllmServer:
+    """The hybrid model with a 64-block pool and 512-token prefill chunks."""
+    spec = ServerSpec(
         hybrid_model_dir,
-        extra_args=(
+        (
             *SERVER_ARGS, "--num-gpu-blocks-override", str(POOL_BLOCKS),
-            "--max-num-batched-tokens", str(chunk_tokens),
+            "--max-num-batched-tokens", str(CHUNK_TOKENS),
         ),
         max_model_len=2048,
-        name=f"hybrid-pool-{chunk_tokens}",
+        name="hybrid-pool",
     )  # fmt: skip
+    return vllm_pool.get(spec)
+
+
+@pytest.mark.parametrize("prefix_tokens", [256, 1024], ids=["one-chunk", "two-chunks"])
+def test_planner_count_of_hybrid_prefixes_is_what_vllm_keeps(
+    pool_server: VllmServer, request: pytest.FixtureRequest, prefix_tokens: int
+) -> None:
+    server = pool_server
     # A request's own tokens are the SUFFIX: the question, nothing retrieved, no answer.
     reserves = Reserves(
         question_tokens=SUFFIX, retrieved_tokens=0, output_tokens=0, template_tokens=0
     )
-    request = CapacityRequest(
+    request_ = CapacityRequest(
         server=server.base_url,
         cache=CacheSettings(
             platform="cpu",
             max_model_len=DEFAULT_MAX_MODEL_LEN,
-            max_num_batched_tokens=chunk_tokens,
+            max_num_batched_tokens=CHUNK_TOKENS,
         ),
         reserves=reserves,
     )
-    capacity = snapshot(build_capacity_report(request))
+    capacity = snapshot(build_capacity_report(request_))
     pooled = hybrid_pool(capacity)
     assert pooled is not None, capacity
     pool, headroom_blocks = pooled
-    assert (pool.num_blocks, pool.block_size) == (POOL_BLOCKS, 256)
+    assert pool.num_blocks == POOL_BLOCKS
+    assert pool.block_size in (128, 256)
     assert (pool.attention_groups, pool.state_groups) == (1, 3)
     assert headroom_blocks == 1 + 3  # one attention block and one running state per GDN group
     count = pool_prefixes(pool, prefix_tokens, headroom_blocks)
-    assert count == predicted
-    # The token rule, for the record: (9,362 - 256) // prefix tokens: 17 and 8.
-    assert capacity.kv_cache_tokens == 9_362
+    assert count == PREDICTED[request.node.callspec.id][pool.block_size]
 
     with httpx.Client(base_url=server.base_url, timeout=HTTP_TIMEOUT_S) as client:
         together = _warm_then_probe(client, count, prefix_tokens, seed=1)
@@ -133,11 +147,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_four_hybrid_prefixes_warm_and_every_request_finds_its_prefix_cached(
-    vllm_server_factory: VllmServerFactory, hybrid_model_dir: Path, tmp_path: Path
+    vllm_hybrid_server: VllmServer, tmp_path: Path
 ) -> None:
-    server: VllmServer = vllm_server_factory(
-        hybrid_model_dir, extra_args=SERVER_ARGS, max_model_len=8192, name="hybrid-prefixes"
-    )
+    server = vllm_hybrid_server
     index_dir = tmp_path / "index"
     build_index(
         EN_SAMPLE.docs,

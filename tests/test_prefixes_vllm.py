@@ -17,14 +17,12 @@ from router_server import RouterProcess
 from vllm_server import VllmServer
 
 from residency.corpus.samples import EN_SAMPLE
-from residency.index import build_index, open_index
+from residency.index import open_index
 from residency.planning.plan_model import read_plan
-from residency.planning.run import sample_index_options
 from residency.query_log import read_query_log
 from residency.serve.context import ContextBuilder
 from residency.serve.headers import PREFIX_HEADER
 from residency.serve.settings import ServeSettings
-from residency.tokenizer import ServerTokenizer
 
 pytestmark = pytest.mark.vllm
 
@@ -44,17 +42,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def multi_plan(
-    vllm_real_server: VllmServer, tmp_path_factory: pytest.TempPathFactory
+    vllm_real_server: VllmServer,
+    en_real_index: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, Path]:
     """(plan.json with four prefixes, its BM25 index) for the English sample."""
     root = tmp_path_factory.mktemp("prefixes-real")
-    index_dir = root / "index"
-    build_index(
-        EN_SAMPLE.docs,
-        index_dir,
-        sample_index_options(EN_SAMPLE, dense=False),
-        ServerTokenizer(vllm_real_server.base_url),
-    )
+    index_dir = en_real_index
     out = root / "plan.json"
     done = _cli(
         "plan", "--server", vllm_real_server.base_url, "--platform", "cpu",

@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 from agreement import assert_planner_agrees
-from conftest import REAL_MAX_MODEL_LEN
+from conftest import REAL_MAX_MODEL_LEN, SERVER_DTYPE, SERVER_KV_GIB
 from router_server import RouterProcess
 from vllm_server import REPO_ROOT, VllmServer
 
@@ -27,12 +27,9 @@ from residency.corpus.samples import EN_SAMPLE
 from residency.errors import ConfigError
 from residency.eval.answers import QUESTION_TYPES, AnswerEvalReport, AnswerRecord
 from residency.eval.answers.reference import is_abstention
-from residency.index import build_index
 from residency.models import smollm2
 from residency.planning.plan_model import read_plan
-from residency.planning.run import sample_index_options
 from residency.prompt_language import EN
-from residency.tokenizer import ServerTokenizer
 
 pytestmark = pytest.mark.vllm
 
@@ -104,10 +101,14 @@ def test_missing_wheel_names_the_install_command() -> None:
 
 def test_capacity_agrees_with_vllm(vllm_real_server: VllmServer, real_model_dir: Path) -> None:
     report, offline = assert_planner_agrees(
-        vllm_real_server, real_model_dir, REAL_MAX_MODEL_LEN, kv_gib=1
+        vllm_real_server,
+        real_model_dir,
+        REAL_MAX_MODEL_LEN,
+        SERVER_KV_GIB,
+        ("--dtype", SERVER_DTYPE.dtype),
     )
     # 30 layers x 3 KV heads x (64 + 64) x 2 bytes = 23,040 B per token; 1 GiB / (128 x 23,040)
-    # = 364 blocks of 128 tokens = 46,592 tokens.
+    # = 364 blocks of 128 tokens = 46,592 tokens (float32: twice the bytes in 2 GiB, the same).
     assert (report["block_size"], report["num_blocks"], report["kv_cache_tokens"]) == (
         128,
         364,
@@ -141,16 +142,9 @@ def test_real_chat_template_and_weights(vllm_real_server: VllmServer, real_model
 
 
 @pytest.fixture(scope="module")
-def english_index(vllm_real_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def english_index(en_real_index: Path) -> Path:
     """The English sample, BM25-only, token counts from the real server's tokenizer."""
-    index_dir = tmp_path_factory.mktemp("real-en") / "index"
-    build_index(
-        EN_SAMPLE.docs,
-        index_dir,
-        sample_index_options(EN_SAMPLE, dense=False),
-        ServerTokenizer(vllm_real_server.base_url),
-    )
-    return index_dir
+    return en_real_index
 
 
 @pytest.fixture(scope="module")

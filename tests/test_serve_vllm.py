@@ -22,7 +22,8 @@ import httpx
 import pytest
 from residency_cli import run_cli
 from router_server import RouterProcess
-from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory
+from vllm_pool import ServerSpec, VllmServerPool
+from vllm_server import REPO_ROOT, VllmServer
 
 from residency.eval.coverage_runs import squad_corpus
 from residency.index import IndexOptions, build_index, open_index
@@ -442,7 +443,7 @@ def _stream_until_end(
 
 
 def test_balancing_and_an_upstream_killed_mid_stream(
-    vllm_server_factory: VllmServerFactory,
+    private_vllm: VllmServerPool,
     dense_model_dir: Path,
     vllm_dense_server: VllmServer,
     sample_index: Path,
@@ -453,10 +454,12 @@ def test_balancing_and_an_upstream_killed_mid_stream(
         vllm_dense_server.base_url, sample_index, tmp_path / "plan.json",
         "--reserve-retrieved", "24000",
     )  # fmt: skip
-    doomed = vllm_server_factory(
-        dense_model_dir,
-        extra_args=("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching"),
-        name="doomed",
+    doomed = private_vllm.private(
+        ServerSpec(
+            dense_model_dir,
+            ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching"),
+            name="doomed",
+        )
     )
     proc = RouterProcess(plan, [doomed.base_url, vllm_dense_server.base_url], tmp_path, ROUTER_ARGS)
     with proc:

@@ -22,7 +22,8 @@ from typing import Any
 import httpx
 import pytest
 from residency_cli import run_cli
-from vllm_server import REPO_ROOT, VllmServer, VllmServerFactory, free_port
+from vllm_pool import ServerSpec, VllmServerPool
+from vllm_server import REPO_ROOT, VllmServer, free_port, process_group_alive
 
 from residency.index import IndexOptions, build_index
 from residency.tokenizer import LocalTokenizer
@@ -142,6 +143,12 @@ def reset_prefix_cache(server_url: str) -> None:
                 return
             time.sleep(0.2)
     raise AssertionError(f"{server_url}/reset_prefix_cache never succeeded")
+
+
+def server_block_size(server_url: str) -> int:
+    """The server's attention block size (`vllm:cache_config_info`)."""
+    with VllmClient(server_url, timeout_s=30) as client:
+        return int(client.cache_config_info()["block_size"])
 
 
 def edited_plan(src: Path, dst: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
@@ -310,17 +317,20 @@ def test_unreachable_server_is_one_line_and_exit_1(
 
 @pytest.mark.vllm
 def test_warm_hybrid_prefix_is_admitted_within_the_sightings(
-    vllm_server_factory: VllmServerFactory,
-    hybrid_model_dir: Path,
-    bm25_index: Path,
-    tmp_path: Path,
+    vllm_hybrid_server: VllmServer, bm25_index: Path, tmp_path: Path
 ) -> None:
-    server = vllm_server_factory(hybrid_model_dir, extra_args=WARM_ARGS, name="hybrid-warm")
+    server = vllm_hybrid_server
+    # A fresh cache: earlier tests on this shared server may have cached this very prefix.
+    reset_prefix_cache(server.base_url)
     plan = make_plan(server.base_url, bm25_index, tmp_path / "plan.json")
     report = warm_json(plan, server.base_url)
     assert report["resident"] is True
-    assert report["block_size"] == 256
-    expected = (report["shared_prefix_tokens"] - 1) // 256 * 256
+    # The attention block grown to hold one GDN state: 256 tokens with a float32 state beside
+    # bfloat16 attention (AVX512-BF16 CPUs), 128 otherwise (tests/test_harness.py).
+    block = report["block_size"]
+    assert block == server_block_size(server.base_url)
+    assert block in (128, 256)
+    expected = (report["shared_prefix_tokens"] - 1) // block * block
     assert report["expected_cached_tokens"] == expected == report["cached_tokens"] > 20_000
     assert 1 <= report["sightings"] <= 4  # align mode: admitted on the 2nd or a later send
     assert [s["cached_tokens"] for s in report["sends"][:-1]] == [0] * report["sightings"]
@@ -404,15 +414,20 @@ class WatchProcess:
         return self.process.returncode
 
 
-@pytest.fixture
-def small_dense_server(vllm_server_factory: VllmServerFactory, dense_model_dir: Path) -> VllmServer:
+def small_dense_spec(dense_model_dir: Path) -> ServerSpec:
     """Dense server with a KV cache of 80 blocks (10,240 tokens) and max_model_len 8192."""
-    return vllm_server_factory(
+    return ServerSpec(
         dense_model_dir,
-        extra_args=(*WARM_ARGS, "--num-gpu-blocks-override", str(SMALL_KV_BLOCKS)),
+        (*WARM_ARGS, "--num-gpu-blocks-override", str(SMALL_KV_BLOCKS)),
         max_model_len=SMALL_MAX_MODEL_LEN,
         name="dense-small-kv",
     )
+
+
+@pytest.fixture
+def small_dense_server(private_vllm: VllmServerPool, dense_model_dir: Path) -> VllmServer:
+    """A private small-KV dense server: the test stops it and starts another on its port."""
+    return private_vllm.private(small_dense_spec(dense_model_dir))
 
 
 @pytest.fixture
@@ -445,6 +460,7 @@ def send_filler(server_url: str, rng: random.Random) -> int:
 @pytest.mark.vllm
 def test_watch_rewarms_after_eviction_reset_sleep_and_restart(
     small_dense_server: VllmServer,
+    private_vllm: VllmServerPool,
     dense_model_dir: Path,
     bm25_index: Path,
     tmp_path: Path,
@@ -483,35 +499,30 @@ def test_watch_rewarms_after_eviction_reset_sleep_and_restart(
     assert watcher.wait_for("rewarm", after=seen)["resident"] is True
 
     # 4. The server dies and a new one starts on the same port: down, up, residency restored.
-    port, args = small_dense_server.port, small_dense_server.command
+    port, pgid = small_dense_server.port, small_dense_server.pid
+    assert pgid is not None
     seen = len(watcher.events)
     small_dense_server.stop()
+    assert not process_group_alive(pgid)  # API server, engine core and worker are all gone
     watcher.wait_for("down", after=seen)
     assert watcher.metric("residency_warm_server_up") == 0
     assert watcher.process.poll() is None  # a dead server is transient: the agent waits
-    restarted = VllmServer(
-        dense_model_dir,
-        log_path=tmp_path / "restarted.log",
-        port=port,
-        max_model_len=SMALL_MAX_MODEL_LEN,
-        extra_args=args[args.index("--max-model-len") + 2 :],
-    )
-    with restarted:
-        watcher.wait_for("up", after=seen)
-        back = watcher.wait_for("rewarm", after=seen)
-        assert back["resident"] is True
-        assert back["cached_tokens"] == expected
-        assert watcher.metric("residency_warm_server_up") == 1
-        assert warm_json(plan, url)["sightings"] == 0
-        # One scrape, so the counters and the ratio describe the same moment.
-        text = httpx.get(f"http://127.0.0.1:{watcher.metrics_port}/metrics", timeout=10).text
-        samples = parse_prometheus(text)
-        probes = sum_samples(samples, "residency_warm_probes_total")
-        hits = sum_samples(samples, "residency_warm_probe_hits_total")
-        ratio = sum_samples(samples, "residency_warm_resident_hit_ratio")
-        assert probes is not None
-        assert probes > 0
-        assert hits is not None
-        assert ratio == pytest.approx(hits / probes, abs=1e-9), text
-        assert watcher.stop() == 0
+    private_vllm.private(small_dense_spec(dense_model_dir), port=port)
+    watcher.wait_for("up", after=seen)
+    back = watcher.wait_for("rewarm", after=seen)
+    assert back["resident"] is True
+    assert back["cached_tokens"] == expected
+    assert watcher.metric("residency_warm_server_up") == 1
+    assert warm_json(plan, url)["sightings"] == 0
+    # One scrape, so the counters and the ratio describe the same moment.
+    text = httpx.get(f"http://127.0.0.1:{watcher.metrics_port}/metrics", timeout=10).text
+    samples = parse_prometheus(text)
+    probes = sum_samples(samples, "residency_warm_probes_total")
+    hits = sum_samples(samples, "residency_warm_probe_hits_total")
+    ratio = sum_samples(samples, "residency_warm_resident_hit_ratio")
+    assert probes is not None
+    assert probes > 0
+    assert hits is not None
+    assert ratio == pytest.approx(hits / probes, abs=1e-9), text
+    assert watcher.stop() == 0
     assert watcher.events[-1]["event"] == "stop"

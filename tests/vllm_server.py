@@ -13,13 +13,14 @@ then SIGKILL to the whole group and waits, so no process outlives the block.
 
 from __future__ import annotations
 
-import re
+import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
+from residency.cpu_dtype import CpuDtypeFlag, choose_cpu_dtype, with_dtype
 from residency.launcher import ManagedServer, ServerStartError, free_port, vllm_command, vllm_env
 from residency.launcher import group_alive as process_group_alive
 
@@ -32,7 +33,6 @@ __all__ = [
     "REPO_ROOT",
     "VllmServer",
     "VllmServerError",
-    "VllmServerFactory",
     "free_port",
     "process_group_alive",
     "server_env",
@@ -41,16 +41,17 @@ __all__ = [
 VllmServerError = ServerStartError
 
 
+def test_dtype_flag() -> CpuDtypeFlag:
+    """RESIDENCY_TEST_DTYPE (auto, bfloat16 or float32; default auto): the suite's --dtype."""
+    value = os.environ.get("RESIDENCY_TEST_DTYPE", "auto")
+    if value not in ("auto", "bfloat16", "float32"):
+        raise ValueError(f"RESIDENCY_TEST_DTYPE={value!r}: use auto, bfloat16 or float32")
+    return value  # type: ignore[return-value]
+
+
 def server_env(kv_cache_space_gib: int | None = 1, dev_mode: bool = True) -> dict[str, str]:
     """The environment a tiny-model CPU server runs with (offline, bounded KV cache, dev mode)."""
     return vllm_env(kv_cache_space_gib, dev_mode)
-
-
-class _Default:
-    """Marks an argument left at the factory's default (None is a meaningful value)."""
-
-
-_DEFAULT = _Default()
 
 
 class VllmServer(ManagedServer):
@@ -72,6 +73,8 @@ class VllmServer(ManagedServer):
         port: int | None = None,
     ) -> None:
         port = port if port is not None else free_port()
+        # The dtype this CPU runs fastest unless the args name one (residency.cpu_dtype).
+        extra_args = with_dtype(tuple(extra_args), choose_cpu_dtype(test_dtype_flag()))
         self.model_dir = model_dir
         self.served_model_name = served_model_name
         self.max_model_len = max_model_len
@@ -107,64 +110,3 @@ class VllmServer(ManagedServer):
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-class VllmServerFactory:
-    """Starts VllmServers with shared defaults and stops every one of them in `close()`."""
-
-    def __init__(
-        self,
-        log_dir: Path,
-        *,
-        python: Path = DEFAULT_PYTHON,
-        served_model_name: str = "tiny",
-        max_model_len: int = 32768,
-        kv_cache_space_gib: int | None = 1,
-        extra_args: Sequence[str] = (),
-        before_start: Callable[[], None] | None = None,
-    ) -> None:
-        self.log_dir = log_dir
-        self.python = python
-        self.served_model_name = served_model_name
-        self.max_model_len = max_model_len
-        self.kv_cache_space_gib = kv_cache_space_gib
-        self.extra_args = tuple(extra_args)
-        self.before_start = before_start
-        self.servers: list[VllmServer] = []
-
-    def __call__(
-        self,
-        model_dir: Path,
-        *,
-        extra_args: Sequence[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        max_model_len: int | None = None,
-        kv_cache_space_gib: int | _Default | None = _DEFAULT,
-        name: str | None = None,
-        served_model_name: str | None = None,
-    ) -> VllmServer:
-        """Start a server for model_dir (the factory's defaults unless given) and wait for it."""
-        if self.before_start is not None:
-            self.before_start()
-        label = re.sub(r"[^\w.-]", "_", name or model_dir.name)
-        server = VllmServer(
-            model_dir,
-            log_path=self.log_dir / f"{label}-{len(self.servers)}.log",
-            served_model_name=served_model_name or self.served_model_name,
-            max_model_len=max_model_len if max_model_len is not None else self.max_model_len,
-            extra_args=self.extra_args if extra_args is None else tuple(extra_args),
-            env=env,
-            kv_cache_space_gib=(
-                self.kv_cache_space_gib
-                if isinstance(kv_cache_space_gib, _Default)
-                else kv_cache_space_gib
-            ),
-            python=self.python,
-        )
-        self.servers.append(server)
-        return server.start()
-
-    def close(self) -> None:
-        """Stop all servers started by this factory, newest first."""
-        while self.servers:
-            self.servers.pop().stop()
