@@ -11,6 +11,7 @@ other load shows in both.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -118,6 +119,12 @@ def _probe(
     return out
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100, method="inclusive")[98]
 
@@ -130,6 +137,7 @@ def test_health_while_four_clients_send_60mb_headers(
     failed: Counter[str] = Counter()
     alone: list[float] = []
     flooded: list[float] = []
+    cpu: dict[str, float] = {}
 
     def run() -> None:
         stop = threading.Event()
@@ -145,7 +153,11 @@ def test_health_while_four_clients_send_60mb_headers(
                 t.start()
             try:
                 time.sleep(0.5)  # every flood client is sending
+                cpu_before, started = _cpu_s(router.pid or 0), time.perf_counter()
                 flooded.extend(_probe(client, url, PROBES, PROBING_MAX_S, failed))
+                cpu["router_cpu_share"] = round(
+                    (_cpu_s(router.pid or 0) - cpu_before) / (time.perf_counter() - started), 2
+                )
             finally:
                 stop.set()
                 for t in threads:
@@ -159,6 +171,7 @@ def test_health_while_four_clients_send_60mb_headers(
         "health_flood_p99_ms": round(_p99(flooded) * 1000, 2),
         "health_flood_max_ms": round(max(flooded) * 1000, 2),
         "probes_under_flood": len(flooded),
+        **cpu,
         "probes_failed": dict(failed),
         "flood_answers": dict(answers),
     }

@@ -268,6 +268,8 @@ case = st.tuples(
     extra_headers,
 )
 DEEP = re.compile(r'"__deep_(\d+)_(list|dict)__"')
+# A surrogate code point, escaped (\ud800) or as (invalid) UTF-8 bytes: orjson refuses both.
+SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 
 
 def apply(kind: str, mutations: list[tuple[Any, ...]]) -> tuple[str, dict[str, Any]]:
@@ -370,7 +372,9 @@ def test_fuzzed_requests_get_4xx_or_an_answer_and_never_hurt_the_router(
         raw = encode(body, how, noise)
         status, content = send(router, path, raw, body.get("stream") is True, extra)
         seen[f"{status // 100}xx"] += 1
-        seen[str(status)] += status in (400, 413, 431)
+        if status in (400, 413, 431):
+            seen[str(status)] += 1
+        seen["lone_surrogates"] += bool(SURROGATE.search(raw))
         seen["cases"] += 1
         seen["deep"] += any(m[0] == "deep" for m in mutations)
         seen["big_headers"] += bool(extra)
