@@ -96,6 +96,7 @@ def _flood(port: int, stop: threading.Event, answers: Counter[str]) -> None:
                 first = b""
             status = first[9:12].decode() if first.startswith(b"HTTP/1.1 ") else "closed"
             answers[status] += 1
+            answers["connections"] += 1
             answers["MB sent"] += sent // 1_000_000
 
 
@@ -154,10 +155,12 @@ def test_health_while_four_clients_send_60mb_headers(
             try:
                 time.sleep(0.5)  # every flood client is sending
                 cpu_before, started = _cpu_s(router.pid or 0), time.perf_counter()
+                connections_before = answers["connections"]
                 flooded.extend(_probe(client, url, PROBES, PROBING_MAX_S, failed))
-                cpu["router_cpu_share"] = round(
-                    (_cpu_s(router.pid or 0) - cpu_before) / (time.perf_counter() - started), 2
-                )
+                elapsed = time.perf_counter() - started
+                cpu["router_cpu_share"] = round((_cpu_s(router.pid or 0) - cpu_before) / elapsed, 2)
+                connections = answers["connections"] - connections_before
+                cpu["flood_connections_per_s"] = round(connections / elapsed)
             finally:
                 stop.set()
                 for t in threads:
