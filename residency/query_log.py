@@ -12,8 +12,10 @@ import datetime as dt
 import errno
 import glob
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -110,33 +112,72 @@ def append_log_record(path: Path, record: BaseModel) -> None:
 
 
 class QueryLogWriter:
-    """The router's open query log: one O_APPEND write per line, fsync batched.
+    """The router's open query log: one O_APPEND write per line, fsync batched, following the
+    path through log rotation.
 
     A single `write` on an O_APPEND descriptor is atomic with respect to other appenders, so
     lines never interleave; a crash can lose at most the lines since the last `sync` (the OS
     still holds them unless the machine itself goes down) and never corrupts earlier ones.
     Syncing every line would put a disk flush (milliseconds) on every request's path.
+
+    Rotation: `follow` (one `stat` per line) reopens the path when the file there is no longer
+    the one held open (renamed or deleted, then created anew by logrotate or by this writer),
+    so no line goes to a rotated or deleted file after the rotation is done; `reopen` does it
+    on demand (SIGHUP, SIGUSR1). A file truncated in place (logrotate's copytruncate) keeps
+    its inode: O_APPEND writes go on at its new end, with no hole.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.Lock()  # `sync` runs in a worker thread; `reopen` swaps the fd
+        self._dirty = False
         try:
-            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-            self._dirty = self._end_torn_line()
+            self._fd, self._id = self._open()
         except OSError as exc:
             raise CorpusError(
                 f"--log {path}: cannot open it for appending ({exc.strerror})"
             ) from None
 
-    def _end_torn_line(self) -> bool:
+    def _open(self) -> tuple[int, tuple[int, int]]:
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            st = os.fstat(fd)
+            if self._end_torn_line(fd, st.st_size):
+                self._dirty = True
+        except OSError:
+            os.close(fd)
+            raise
+        return fd, (st.st_dev, st.st_ino)
+
+    @staticmethod
+    def _end_torn_line(fd: int, size: int) -> bool:
         """A log whose last line lacks its newline (a crash mid-write, another writer's torn
         line) gets one, so the first new record starts a line of its own instead of being
         glued to the torn one and lost with it. True when it wrote one."""
-        size = os.fstat(self._fd).st_size
-        if size == 0 or os.pread(self._fd, 1, size - 1) == b"\n":
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
             return False
-        os.write(self._fd, b"\n")
+        os.write(fd, b"\n")
         return True
+
+    def follow(self) -> Literal["same", "replaced", "vanished"]:
+        """Reopen the path if the file open is no longer there: 'vanished' (nothing at the
+        path: a new file is created), 'replaced' (another file is), else 'same'."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self.reopen()
+            return "vanished"
+        if (st.st_dev, st.st_ino) == self._id:
+            return "same"
+        self.reopen()
+        return "replaced"
+
+    def reopen(self) -> None:
+        """Open the path anew (creating it when missing) and close the old descriptor."""
+        fd, file_id = self._open()
+        with self._lock:
+            old, self._fd, self._id = self._fd, fd, file_id
+            os.close(old)
 
     def append(self, record: BaseModel) -> None:
         """Write one record as one line."""
@@ -147,12 +188,20 @@ class QueryLogWriter:
         self._dirty = True
 
     def sync(self) -> None:
-        """fsync what was appended since the last sync."""
-        if self._dirty:
-            os.fsync(self._fd)
+        """fsync what was appended since the last sync (on a duplicate of the descriptor, so
+        a `reopen` meanwhile cannot close it under the flush)."""
+        with self._lock:
+            if not self._dirty:
+                return
+            fd = os.dup(self._fd)
             self._dirty = False
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
         """Sync and close."""
         self.sync()
-        os.close(self._fd)
+        with self._lock:
+            os.close(self._fd)

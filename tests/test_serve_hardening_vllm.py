@@ -1,7 +1,9 @@
 """The router in front of a real vLLM CPU server under what clients can send: requests that
 used to take the upstream out of rotation, read the hidden prompt back, or get complete streams
-logged as disconnects (issue 21, reproductions 1, 2, 6 and 8), and a fuzz run of mutated valid
-requests (no 5xx the router caused, no traceback, the upstream in rotation throughout).
+logged as disconnects (issue 21, reproductions 1, 2, 6 and 8); fan-out within --max-n, and vLLM's
+own refusals of a completions prompt carrying the route header (issue 35); and a fuzz run of
+mutated valid requests, deep nesting, huge headers and lone surrogates among them (no 5xx, no
+traceback, the upstream in rotation throughout).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,7 +28,9 @@ from test_serve_vllm import CORPUS, ROUTER_ARGS, log_records, make_plan, metric,
 from vllm_server import VllmServer
 
 from residency.index import IndexOptions, build_index
-from residency.serve.validation import READBACK_PARAMS, SAMPLING_PARAMS
+from residency.serve.headers import ROUTE_HEADER
+from residency.serve.settings import RequestLimits
+from residency.serve.validation import MAX_JSON_DEPTH, READBACK_PARAMS, SAMPLING_PARAMS
 from residency.tokenizer import LocalTokenizer
 
 pytestmark = pytest.mark.vllm
@@ -33,9 +38,8 @@ pytestmark = pytest.mark.vllm
 QUESTION_CHARS = 60
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
-# The router's own 5xx codes: a fuzzed request must never earn one of these.
-ROUTER_5XX_CODES = {"upstream_unavailable", "upstream_error", "retrieval_unavailable", None}
 FUZZ_CASES = 200
+MAX_N = RequestLimits().max_n
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +159,53 @@ def test_a_long_question_is_answered_and_retrieved_by_its_first_part(
     assert record["query"] == question[:QUESTION_CHARS]
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["unary", "stream"])
+def test_vllm_refusing_a_completions_prompt_keeps_the_route_header(
+    router: RouterProcess, stream: bool
+) -> None:
+    """Issue 35, reproduction 7: vLLM's /tokenize refusing a completions request (here a model
+    it does not serve) was passed on without X-Residency-Route."""
+    body = {"prompt": "灯台は？", "model": "no-such-model", "max_tokens": 2, "stream": stream}
+    refused = post(router, COMPLETIONS, body)
+    assert refused.status_code == 404, refused.text
+    assert "no-such-model" in refused.json()["error"]["message"]
+    assert refused.headers[ROUTE_HEADER] in ("resident", "long_tail", "dated")
+    chat = post(router, CHAT, chat_body(model="no-such-model"))  # the chat side did already
+    assert chat.status_code == 404
+    assert chat.headers[ROUTE_HEADER] == refused.headers[ROUTE_HEADER]
+
+
+def test_fan_out_within_max_n_is_served_and_beyond_it_refused(router: RouterProcess) -> None:
+    """Issue 35, reproduction 5: n=128 held vLLM for 104 s; now --max-n (8) bounds it."""
+    served = post(router, CHAT, chat_body(n=MAX_N, temperature=1.0))
+    assert served.status_code == 200, served.text
+    assert len(served.json()["choices"]) == MAX_N
+    for name in ("n", "best_of"):
+        refused = post(router, COMPLETIONS, {"prompt": "灯台は？", "max_tokens": 2, name: 128})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == name
+        assert f"--max-n {MAX_N}" in refused.json()["error"]["message"]
+
+
+def test_a_stop_nested_254_levels_is_a_400_not_a_500(router: RouterProcess) -> None:
+    """Issue 35, reproduction 2, in front of vLLM: the deepest body the router passes on is
+    vLLM's to judge (a 400 for a nested stop), one level more is the router's 400."""
+    for levels, param in ((MAX_JSON_DEPTH - 1, None), (MAX_JSON_DEPTH, "stop")):
+        raw = json.dumps(chat_body()).encode()[:-1] + b', "stop": '
+        raw += b"[" * levels + b'"x"' + b"]" * levels + b"}"
+        response = httpx.post(
+            f"{router.base_url}{CHAT}",
+            content=raw,
+            headers={"Content-Type": "application/json"},
+            timeout=120,
+        )
+        assert response.status_code == 400, response.text
+        if param is not None:
+            assert response.json()["error"]["param"] == param
+    assert "Traceback" not in router.log_text()
+    assert usable_upstreams(router) == 1
+
+
 # ---- fuzz ---------------------------------------------------------------------------------
 
 FIELDS = sorted(
@@ -195,13 +246,30 @@ mutation = st.one_of(
     st.tuples(st.just("content"), odd_text),
     st.tuples(st.just("nest"), st.integers(1, 5000)),
     st.tuples(st.just("long"), st.integers(1000, 400_000)),
+    # A field nested past what the router can re-encode, up to what orjson parses (1,024).
+    st.tuples(
+        st.just("deep"),
+        st.sampled_from(FIELDS),
+        st.integers(200, 1100),
+        st.sampled_from(["list", "dict"]),
+    ),
+)
+# Extra request headers: none, one huge one, or many (against --max-header-bytes, --max-headers).
+extra_headers = st.one_of(
+    st.just({}),
+    st.builds(lambda n: {"X-Big": "a" * n}, st.integers(1_000, 2_000_000)),
+    st.builds(lambda n: {f"X-{i}": "1" for i in range(n)}, st.integers(10, 600)),
 )
 case = st.tuples(
     st.sampled_from(["chat", "chat-stream", "completions"]),
     st.lists(mutation, min_size=1, max_size=3),
-    st.sampled_from(["json", "truncated", "bytes"]),
+    st.sampled_from(["json", "utf8", "truncated", "bytes"]),
     st.binary(max_size=64),
+    extra_headers,
 )
+DEEP = re.compile(r'"__deep_(\d+)_(list|dict)__"')
+# A surrogate code point, escaped (\ud800) or as (invalid) UTF-8 bytes: orjson refuses both.
+SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}|\xed[\xa0-\xbf]")
 
 
 def apply(kind: str, mutations: list[tuple[Any, ...]]) -> tuple[str, dict[str, Any]]:
@@ -233,6 +301,8 @@ def apply(kind: str, mutations: list[tuple[Any, ...]]) -> tuple[str, dict[str, A
                 messages[i] = m[3]
             elif isinstance(messages[i], dict):
                 messages[i][m[2]] = m[3]
+        elif m[0] == "deep":
+            body[m[1]] = f"__deep_{m[2]}_{m[3]}__"  # nested when encoded
         elif m[0] in ("content", "nest", "long"):
             value: Any = m[1] if m[0] == "content" else "x " * m[1] if m[0] == "long" else "q"
             if m[0] == "nest":
@@ -250,10 +320,13 @@ def apply(kind: str, mutations: list[tuple[Any, ...]]) -> tuple[str, dict[str, A
 
 
 def encode(body: dict[str, Any], how: str, noise: bytes) -> bytes:
+    """JSON bytes; "utf8": non-ASCII written raw, a lone surrogate as its (invalid) UTF-8."""
     try:
-        raw = json.dumps(body, allow_nan=True).encode("utf-8", "surrogatepass")
+        text = json.dumps(body, allow_nan=True, ensure_ascii=how != "utf8")
     except (RecursionError, ValueError):
-        raw = b"[" * 5000
+        text = "[" * 5000
+    text = DEEP.sub(lambda m: _nested(int(m[1]), m[2]), text)
+    raw = text.encode("utf-8", "surrogatepass")
     if how == "truncated":
         return raw[: len(raw) // 2]
     if how == "bytes":
@@ -261,8 +334,16 @@ def encode(body: dict[str, Any], how: str, noise: bytes) -> bytes:
     return raw
 
 
-def send(router: RouterProcess, path: str, raw: bytes, stream: bool) -> tuple[int, bytes]:
-    headers = {"Content-Type": "application/json"}
+def _nested(levels: int, kind: str) -> str:
+    if kind == "list":
+        return "[" * levels + '"q"' + "]" * levels
+    return '{"a": ' * levels + '"q"' + "}" * levels
+
+
+def send(
+    router: RouterProcess, path: str, raw: bytes, stream: bool, extra: dict[str, str]
+) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json", **extra}
     url = f"{router.base_url}{path}"
     with httpx.stream("POST", url, content=raw, headers=headers, timeout=120) as response:
         body = response.read()
@@ -285,17 +366,22 @@ def test_fuzzed_requests_get_4xx_or_an_answer_and_never_hurt_the_router(
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
     @given(case)
-    def one(c: tuple[str, list[tuple[Any, ...]], str, bytes]) -> None:
-        kind, mutations, how, noise = c
+    def one(c: tuple[str, list[tuple[Any, ...]], str, bytes, dict[str, str]]) -> None:
+        kind, mutations, how, noise, extra = c
         path, body = apply(kind, mutations)
         raw = encode(body, how, noise)
-        status, content = send(router, path, raw, stream=body.get("stream") is True)
+        status, content = send(router, path, raw, body.get("stream") is True, extra)
         seen[f"{status // 100}xx"] += 1
+        if status in (400, 413, 431):
+            seen[str(status)] += 1
+        seen["lone_surrogates"] += bool(SURROGATE.search(raw))
         seen["cases"] += 1
-        if status >= 500:
-            error = json.loads(content)["error"]
-            assert error.get("code") not in ROUTER_5XX_CODES, (status, content[:300])
-            seen["upstream_5xx"] += 1
+        seen["deep"] += any(m[0] == "deep" for m in mutations)
+        seen["big_headers"] += bool(extra)
+        assert status < 500, (status, content[:300], raw[:200])
+        head_bytes = sum(len(k) + len(v) + 4 for k, v in extra.items())
+        if head_bytes > RequestLimits().max_header_bytes or len(extra) > 250:
+            assert status == 431, (status, len(extra), head_bytes)
         assert usable_upstreams(router) == 1, "the upstream left rotation"
 
     one()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import socket
 import time
@@ -30,12 +31,13 @@ ARGS = ("--no-warm", "--retriever", "bm25")
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> dict[str, Path]:
     """a and b: two offline plans of one index (8K and 16K windows); no-index: b pointing at
-    an index that does not exist."""
+    an index that does not exist; torn: b pointing at a copy of the index whose BM25 data file
+    lost its second half (a copy cut short)."""
     root = tmp_path_factory.mktemp("reload")
     build_index(
         CORPUS, root / "index", IndexOptions(dense=False), LocalTokenizer(tiny_tokenizer_dir), None
     )
-    out = {name: root / f"{name}.json" for name in ("a", "b", "no-index")}
+    out = {name: root / f"{name}.json" for name in ("a", "b", "no-index", "torn")}
     for name, window in (("a", "8192"), ("b", "16384")):
         done = run_cli(
             "plan", "--index", str(root / "index"), "--max-model-len", window, "-o", str(out[name])
@@ -43,6 +45,10 @@ def plans(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) ->
         assert done.returncode == 0, done.stderr
     data = orjson.loads(out["b"].read_bytes())
     out["no-index"].write_bytes(orjson.dumps({**data, "index_dir": str(root / "missing")}))
+    shutil.copytree(root / "index", root / "index-torn")
+    torn = next((root / "index-torn").rglob("bm25.data.csc.npy"))
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+    out["torn"].write_bytes(orjson.dumps({**data, "index_dir": str(root / "index-torn")}))
     return out
 
 
@@ -137,3 +143,30 @@ def test_watch_plan_reloads_on_change_and_tries_a_bad_file_once(
         wait_for(lambda: served_sha(r) == sha(plans["b"]), "--watch-plan")
         assert len(lines(r, "plan reloaded (--watch-plan)")) == 1
         assert reloads(r, "refused") == 1  # the bad file was tried once, not every poll
+
+
+def test_a_reload_that_raises_anything_is_refused_out_loud(
+    plans: dict[str, Path], dead_upstream: str, tmp_path: Path
+) -> None:
+    """Reproduction 4: a torn index file raises numpy's ValueError, not a ResidencyError; it
+    used to escape the reload task with no log line and no count. Now it is refused like any
+    other failure, the old plan keeps serving, and the next reload still works."""
+    path = tmp_path / "plan.json"
+    path.write_bytes(plans["a"].read_bytes())
+    a = sha(plans["a"])
+    with RouterProcess(path, [dead_upstream], tmp_path, ARGS).start(require_healthy=False) as r:
+        replace(path, plans["torn"].read_bytes())
+        os.kill(r.pid or 0, signal.SIGHUP)
+        wait_for(lambda: reloads(r, "refused") == 1, "the refusal")
+        refused = lines(r, "plan reload refused (SIGHUP)")
+        assert len(refused) == 1, r.log_tail()
+        assert f"plan {sha(plans['torn'])[:12]}: " in refused[0]
+        assert "Error" in refused[0]  # the exception's type names what failed
+        assert refused[0].endswith(f"still serving plan {a[:12]}")
+        assert served_sha(r) == a
+        assert "Traceback" not in r.log_text()
+
+        replace(path, plans["b"].read_bytes())  # the reloader is not stuck
+        os.kill(r.pid or 0, signal.SIGHUP)
+        wait_for(lambda: served_sha(r) == sha(plans["b"]), "the swap")
+        assert reloads(r, "ok") == 1

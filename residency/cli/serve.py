@@ -105,6 +105,13 @@ def serve(
     max_concurrent: Annotated[
         int, option_from(L, "max_concurrent", rich_help_panel=_SAFE)
     ] = default_of(L, "max_concurrent"),
+    max_n: Annotated[int, option_from(L, "max_n", rich_help_panel=_SAFE)] = default_of(L, "max_n"),
+    max_header_bytes: Annotated[
+        int, option_from(L, "max_header_bytes", rich_help_panel=_SAFE)
+    ] = default_of(L, "max_header_bytes"),
+    max_headers: Annotated[int, option_from(L, "max_headers", rich_help_panel=_SAFE)] = default_of(
+        L, "max_headers"
+    ),
     header_timeout_s: Annotated[
         float, option_from(L, "header_timeout_s", "--header-timeout", rich_help_panel=_SAFE)
     ] = default_of(L, "header_timeout_s"),
@@ -131,6 +138,8 @@ def serve(
     SIGHUP (or --watch-plan) reloads --plan without downtime: the new plan is validated and its
     prefixes warmed on every upstream before new requests use it; requests in flight finish on
     the old one; a plan that fails is refused in one log line and the old plan keeps serving.
+    SIGHUP and SIGUSR1 reopen the query log (logrotate's postrotate); a rotated or deleted log
+    is also noticed on the next line.
     """
     try:
         day = dt.date.fromisoformat(today) if today else None

@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from residency.errors import ResidencyError, UpstreamMismatchError
 from residency.serve.errors import error_response, unavailable
-from residency.serve.guard import RequestGuard
+from residency.serve.guard import RequestGuard, Slots
 from residency.serve.reload import PlanReloader
 from residency.serve.router import Router
 from residency.serve.settings import WATCH_PLAN_INTERVAL_S, ServeSettings
@@ -40,6 +40,8 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
     """The router app for validated settings and the first plan's serving state."""
     metrics = RouterMetrics()
     metrics.set_plan(serving.plan_sha256)
+    slots = Slots(settings.limits.max_concurrent)
+    metrics.slots_in_use.set_function(lambda: slots.in_flight)
     state: dict[str, Router] = {}
 
     async def on_join(up: Upstream) -> bool:
@@ -85,21 +87,29 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
                 api_key=settings.upstream_api_key,
             )
             await anyio.to_thread.run_sync(serving.builder.warm_up)
-            router = state["router"] = Router(settings, serving, pool, http, metrics)
+            router = state["router"] = Router(settings, serving, pool, http, metrics, slots)
             await pool.start()
             tasks: set[asyncio.Task[object]] = {asyncio.create_task(_sync_log_every(router, 1.0))}
             reloader = PlanReloader(settings, router, metrics)
             if settings.watch_plan:
                 tasks.add(asyncio.create_task(reloader.watch(WATCH_PLAN_INTERVAL_S)))
             loop = asyncio.get_running_loop()
-            # uvicorn handles SIGINT and SIGTERM only; SIGHUP would otherwise end the process.
-            loop.add_signal_handler(
-                signal.SIGHUP, lambda: tasks.add(loop.create_task(reloader.reload("SIGHUP")))
-            )
+
+            def on_sighup() -> None:  # logrotate's signal and the plan's, both
+                router.reopen_log("SIGHUP")
+                task = loop.create_task(reloader.reload("SIGHUP"))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+
+            # uvicorn handles SIGINT and SIGTERM only; SIGHUP and SIGUSR1 would otherwise end
+            # the process.
+            loop.add_signal_handler(signal.SIGHUP, on_sighup)
+            loop.add_signal_handler(signal.SIGUSR1, router.reopen_log, "SIGUSR1")
             try:
                 yield
             finally:
                 loop.remove_signal_handler(signal.SIGHUP)
+                loop.remove_signal_handler(signal.SIGUSR1)
                 for task in tasks:
                     task.cancel()
                 await router.keep_warm.stop()
@@ -167,7 +177,7 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
             app, allow_origins=list(settings.allow_origins), allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )  # fmt: skip
-    return RequestGuard(app, settings)
+    return RequestGuard(app, settings, slots)
 
 
 MODEL_FIELDS = ("id", "object", "created", "owned_by", "max_model_len")

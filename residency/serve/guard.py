@@ -1,7 +1,8 @@
 """What the router refuses before it reads a body: requests from web pages (an `Origin` not let
 in, a `Host` that is not this server's: DNS rebinding), bodies that are not JSON or are larger
-than --max-body-bytes, and generation requests beyond --max-concurrent; and the body read itself,
-bounded in bytes and in time.
+than --max-body-bytes; the body read itself, bounded in bytes and in time; and the concurrency
+budget (--max-concurrent), which a request draws on only once its whole body is in, so that
+clients holding half-sent bodies cannot crowd out the others.
 
 A page the local user opens can POST to a loopback router without a CORS preflight only with a
 "simple" content type (text/plain, form data): requiring application/json, refusing a foreign
@@ -28,15 +29,47 @@ class ClientGoneError(Exception):
     """The client disconnected before its body was complete."""
 
 
-class RequestGuard:
-    """ASGI middleware: Host, Origin, content type, declared size and concurrency checks."""
+class Slots:
+    """The --max-concurrent budget: generation requests in flight, each counting as many
+    completions as it asks for (n, best_of). Taken once a request's body is in and parsed,
+    held until the last byte of its answer is sent (`RequestGuard` gives it back)."""
 
-    def __init__(self, app: ASGIApp, settings: ServeSettings) -> None:
+    def __init__(self, max_concurrent: int) -> None:
+        self.max_concurrent = max_concurrent
+        self.in_flight = 0
+
+    def take(self, scope: Scope, weight: int) -> None:
+        """Hold `weight` slots for this request, or raise a 429. A request asking for more
+        than the whole budget is let in alone, when nothing else is in flight."""
+        if self.in_flight and self.in_flight + weight > self.max_concurrent:
+            ask = f"; this one asks for {weight}" if weight > 1 else ""
+            raise RequestError(
+                429,
+                f"{self.in_flight} completions in flight of the {self.max_concurrent} "
+                f"--max-concurrent allows{ask}; retry shortly",
+                "too_many_concurrent_requests",
+            )
+        self.in_flight += weight
+        scope[_SLOTS_KEY] = scope.get(_SLOTS_KEY, 0) + weight
+
+    def release(self, scope: Scope) -> None:
+        """Give back what this request holds (nothing when it was refused earlier)."""
+        self.in_flight -= scope.pop(_SLOTS_KEY, 0)
+
+
+_SLOTS_KEY = "residency.slots"  # in the ASGI scope: the slots the request holds
+
+
+class RequestGuard:
+    """ASGI middleware: Host, Origin, content type and declared size checks; gives back the
+    slots a generation request took (`Slots`) when its answer is done."""
+
+    def __init__(self, app: ASGIApp, settings: ServeSettings, slots: Slots) -> None:
         self.app = app
         self.limits = settings.limits
         self.origins = frozenset(o.rstrip("/") for o in settings.allow_origins)
         self.hosts = allowed_hosts(settings.host, settings.allow_hosts)
-        self.in_flight = 0
+        self.slots = slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,11 +82,10 @@ class RequestGuard:
         if scope["path"] not in GENERATION_PATHS:
             await self.app(scope, receive, send)
             return
-        self.in_flight += 1  # held until the last byte of a stream is sent
-        try:
+        try:  # the router takes slots once the body is in; held to the last byte sent
             await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self.slots.release(scope)
 
     def refusal(self, scope: Scope) -> RequestError | None:
         """Why this request is refused, or None."""
@@ -85,13 +117,6 @@ class RequestGuard:
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.limits.max_body_bytes:
             return _too_large(self.limits)
-        if scope["path"] in GENERATION_PATHS and self.in_flight >= self.limits.max_concurrent:
-            return RequestError(
-                429,
-                f"{self.in_flight} requests in flight, the most --max-concurrent allows; "
-                "retry shortly",
-                "too_many_concurrent_requests",
-            )
         return None
 
 
@@ -131,6 +156,7 @@ async def read_body(request: Request, limits: RequestLimits) -> bytes:
             408,
             f"the request body did not arrive within --body-timeout {limits.body_timeout_s:g} s",
             "body_timeout",
+            close=True,
         ) from None
     except ClientDisconnect:
         raise ClientGoneError from None
@@ -138,8 +164,10 @@ async def read_body(request: Request, limits: RequestLimits) -> bytes:
 
 
 def _too_large(limits: RequestLimits) -> RequestError:
+    """413, and the connection closed: the rest of the body is not read (nor discarded)."""
     return RequestError(
         413,
         f"the request body is larger than --max-body-bytes {limits.max_body_bytes}",
         "body_too_large",
+        close=True,
     )

@@ -1,12 +1,20 @@
 """The router's query-log line: what `residency plan --log` reads (query, count, ts) plus what
-happened to the request (route, retrieved ids, cached tokens, timings)."""
+happened to the request (route, retrieved ids, cached tokens, timings); and the file the lines
+go to, followed through log rotation, its lines and reopenings counted."""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from residency.query_log import QueryLogWriter
+from residency.serve.telemetry import RouterMetrics
+
+log = logging.getLogger("residency.serve")
 
 Outcome = Literal["ok", "upstream_error", "client_error", "disconnected", "unavailable"]
 
@@ -48,3 +56,58 @@ class RouterLogRecord(BaseModel):
     )
     ttft_ms: float | None = Field(default=None, ge=0, description="Arrival to first event.")
     total_ms: float = Field(ge=0, description="Arrival to the last byte.")
+
+
+class RouterQueryLog:
+    """The query log at --log: an append per request that never fails the answer (an error is
+    one log line), following the path through rotation, reopened on a signal."""
+
+    def __init__(self, path: Path, metrics: RouterMetrics) -> None:
+        self.writer = QueryLogWriter(path)
+        self.metrics = metrics
+
+    @property
+    def path(self) -> Path:
+        """The file's path (--log)."""
+        return self.writer.path
+
+    def append(self, record: RouterLogRecord) -> None:
+        """Append one line to the file now at --log (reopening it first if it was rotated)."""
+        try:
+            moved = self.writer.follow()
+            if moved != "same":
+                self.metrics.query_log_reopens.labels(moved).inc()
+                if moved == "vanished":
+                    log.warning(
+                        "query log %s vanished (renamed or deleted); writing to a new file there",
+                        self.path,
+                    )
+                else:
+                    log.info("query log %s was replaced (rotated); reopened it", self.path)
+            self.writer.append(record)
+        except OSError as exc:  # a full disk must not fail the answer already sent
+            log.error("query log %s: cannot append (%s)", self.path, exc.strerror)
+            return
+        self.metrics.query_log_lines.inc()
+
+    def reopen(self, trigger: str) -> None:
+        """Open the path anew (SIGHUP, SIGUSR1: logrotate's postrotate)."""
+        try:
+            self.writer.reopen()
+        except OSError as exc:
+            log.error("query log %s: cannot reopen it (%s)", self.path, exc.strerror)
+            return
+        self.metrics.query_log_reopens.labels(trigger).inc()
+        log.info("query log %s reopened (%s)", self.path, trigger)
+
+    def sync(self) -> None:
+        """fsync what was appended since the last sync."""
+        try:
+            self.writer.sync()
+        except OSError as exc:
+            log.error("query log %s: cannot sync (%s)", self.path, exc.strerror)
+
+    def close(self) -> None:
+        """Sync and close."""
+        self.sync()
+        self.writer.close()

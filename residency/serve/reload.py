@@ -3,8 +3,9 @@
 A new plan is validated as at startup (the plan model, its index and corpus, every prefix within
 each upstream's window), then its prefixes are warmed and proven cached on every upstream in
 rotation; only then does the router's serving state change, in one assignment on the event loop.
-Requests already running keep the state they started with. A plan that fails any step is refused
-in one log line and the old plan keeps serving.
+Requests already running keep the state they started with. A plan that fails any step, with
+any exception (a torn index file raises numpy's ValueError, not one of ours), is refused in one
+log line and counted, and the old plan keeps serving.
 """
 
 from __future__ import annotations
@@ -39,31 +40,34 @@ class PlanReloader:
         self.metrics = metrics
         self._lock = asyncio.Lock()
         self._tried_sha256 = router.state.plan_sha256  # the last content a reload looked at
+        self._trying: str | None = None  # the sha256 of the plan being tried, once read
         self._stat: tuple[int, int] | None = _stat(settings.plan)
 
     async def reload(self, trigger: str) -> str:
         """Try the plan file now: 'ok' (swapped), 'refused' (old plan kept) or 'unchanged'."""
         async with self._lock:
-            return await self._reload(trigger)
+            old = self.router.state
+            try:
+                return await self._reload(trigger)
+            except Exception as exc:  # every failure is a refusal, said once
+                if not isinstance(exc, ResidencyError):  # the stack, for whoever looks deeper
+                    log.debug("plan reload (%s) failed", trigger, exc_info=exc)
+                why = str(exc) if isinstance(exc, ResidencyError) else _describe(exc)
+                return self._refuse(trigger, old, why, self._trying)
 
     async def _reload(self, trigger: str) -> str:
         started = time.perf_counter()
         old = self.router.state
-        try:
-            data = await anyio.to_thread.run_sync(read_plan_bytes, self.settings.plan)
-        except ConfigError as exc:
-            return self._refuse(trigger, old, str(exc))
-        new_sha = plan_sha256(data)
+        self._trying = None
+        data = await anyio.to_thread.run_sync(read_plan_bytes, self.settings.plan)
+        new_sha = self._trying = plan_sha256(data)
         self._tried_sha256 = new_sha
         if new_sha == old.plan_sha256:
             log.info("plan reload (%s): plan %s unchanged; nothing to do", trigger, old.short_sha)
             return "unchanged"
-        try:
-            state = await anyio.to_thread.run_sync(load_state, self.settings, data, old)
-            await anyio.to_thread.run_sync(state.builder.warm_up)
-            warmed = await self._prepare(state.builder.plan)
-        except ResidencyError as exc:
-            return self._refuse(trigger, old, str(exc), new_sha)
+        state = await anyio.to_thread.run_sync(load_state, self.settings, data, old)
+        await anyio.to_thread.run_sync(state.builder.warm_up)
+        warmed = await self._prepare(state.builder.plan)
         self.router.state = state  # one reference: the next request starts on the new plan
         for up in self.router.pool.upstreams:  # every prefix of the new plan was just warmed
             if up.usable:
@@ -152,6 +156,13 @@ def check_window(plan: ResidencyPlan, client: VllmClient) -> None:
                 f"{window:,}; re-plan with --server {client.base_url} (or restart vLLM with "
                 f"--max-model-len {p.tokens + reserve:,} or more)"
             )
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception that is not ours: its type and message, e.g.
+    "ValueError: cannot reshape array of size 96 into shape (1024,)"."""
+    text = " ".join(str(exc).split())[:500]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _stat(path: Path) -> tuple[int, int] | None:

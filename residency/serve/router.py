@@ -27,14 +27,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from residency.errors import BackendError
-from residency.query_log import QueryLogWriter
 from residency.serve.context import RequestContext
 from residency.serve.errors import error_response, unavailable
-from residency.serve.guard import ClientGoneError, read_body
+from residency.serve.guard import ClientGoneError, Slots, read_body
 from residency.serve.headers import route_headers
 from residency.serve.keepwarm import KeepWarm
 from residency.serve.prompt import assemble_messages
-from residency.serve.record import Outcome, RouterLogRecord
+from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog
 from residency.serve.settings import ServeSettings
 from residency.serve.state import ServingState
 from residency.serve.telemetry import RouterMetrics
@@ -92,13 +91,15 @@ class Router:
         pool: UpstreamPool,
         http: Session,
         metrics: RouterMetrics,
+        slots: Slots,
     ) -> None:
         self.settings = settings
         self.state = state
         self.pool = pool
         self.http = http
         self.metrics = metrics
-        self.log: QueryLogWriter | None = QueryLogWriter(settings.log) if settings.log else None
+        self.slots = slots
+        self.log = RouterQueryLog(settings.log, metrics) if settings.log else None
         self._limiter = anyio.CapacityLimiter(2)
         self.keep_warm = KeepWarm(metrics, lambda: self.state.keep_warm)
 
@@ -109,12 +110,15 @@ class Router:
         builder = self.state.builder  # this request's plan to the end, whatever reloads meanwhile
         limits = self.settings.limits
         try:
-            raw = await read_body(request, limits)
-            allow = self.settings.allow_prompt_readback
+            with self.metrics.bodies_receiving.track_inprogress():
+                raw = await read_body(request, limits)
+            allow, max_n = self.settings.allow_prompt_readback, limits.max_n
             if len(raw) > INLINE_BODY_BYTES:  # parsing megabytes must not stall other requests
-                req = await anyio.to_thread.run_sync(parse_request, raw, endpoint, allow)
+                req = await anyio.to_thread.run_sync(parse_request, raw, endpoint, allow, max_n)
             else:
-                req = parse_request(raw, endpoint, allow)
+                req = parse_request(raw, endpoint, allow, max_n)
+            # Only now, with the whole body in: a half-sent body holds no slot.
+            self.slots.take(request.scope, req.fan_out)
         except RequestError as exc:
             return exc.response()
         except ClientGoneError:  # nothing to answer, nothing to log: no question arrived
@@ -160,7 +164,7 @@ class Router:
                 tried.append(up)
             except RefusedError as refused:  # vLLM refused the request itself (e.g. 400)
                 ex.upstream = up
-                answer = refused.answer
+                answer = refused.answer  # completions: vLLM's /tokenize refused the prompt
                 response = Response(
                     answer.content, answer.status_code, media_type="application/json"
                 )
@@ -305,9 +309,12 @@ class Router:
     def _finish_error(
         self, ex: Exchange, response: Response, outcome: Outcome = "unavailable"
     ) -> Response:
+        """Log and count a request that failed after it was routed; its answer says the
+        route it took, as a successful one does."""
         ex.status_code = response.status_code
         ex.outcome = outcome
         self._log(ex)
+        response.headers.update(ex.headers())
         return response
 
     async def _log_after(self, ex: Exchange) -> None:
@@ -358,23 +365,21 @@ class Router:
             ttft_ms=ex.ttft_s * 1000 if ex.ttft_s is not None else None,
             total_ms=(time.perf_counter() - ex.started) * 1000,
         )
-        try:
-            self.log.append(record)
-        except OSError as exc:  # a full disk must not fail the answer already sent
-            log.error("query log %s: cannot append (%s)", self.log.path, exc.strerror)
+        self.log.append(record)
+
+    def reopen_log(self, trigger: str) -> None:
+        """Reopen the query log at --log (logrotate's postrotate signal)."""
+        if self.log is not None:
+            self.log.reopen(trigger)
 
     def sync_log(self) -> None:
         """fsync the query log (called periodically and at shutdown)."""
         if self.log is not None:
-            try:
-                self.log.sync()
-            except OSError as exc:
-                log.error("query log %s: cannot sync (%s)", self.log.path, exc.strerror)
+            self.log.sync()
 
     def close(self) -> None:
         """Sync and close the query log."""
         if self.log is not None:
-            self.sync_log()
             self.log.close()
             self.log = None
 

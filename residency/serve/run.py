@@ -7,7 +7,7 @@ import socket
 
 from residency.errors import ConfigError
 from residency.serve.app import create_app
-from residency.serve.protocol import header_timeout_protocol
+from residency.serve.protocol import header_limited_protocol
 from residency.serve.settings import ServeSettings
 from residency.serve.state import load_state
 
@@ -26,7 +26,7 @@ def run_server(settings: ServeSettings) -> None:
         port=settings.port,
         log_level="info",
         access_log=False,
-        http=header_timeout_protocol(settings.limits.header_timeout_s),
+        http=header_limited_protocol(settings.limits),
         timeout_graceful_shutdown=5,
     )
     uvicorn.Server(config).run()

@@ -44,7 +44,24 @@ class RequestLimits(BaseModel):
         default=256,
         ge=1,
         le=100_000,
-        description="Generation requests in flight, streams included (429 beyond).",
+        description="Generation requests in flight, streams included, counted once their body "
+        "is in; a request asking for n (or best_of) completions counts n times (429 beyond).",
+    )
+    max_n: int = Field(
+        default=8,
+        ge=1,
+        le=1024,
+        description="Completions one request may ask for with n or best_of (400 beyond).",
+    )
+    max_header_bytes: int = Field(
+        default=65_536,
+        ge=1024,
+        le=16 * 1024 * 1024,
+        description="Bytes of a request line and headers; refused (431) as soon as they are "
+        "past it, before more is read.",
+    )
+    max_headers: int = Field(
+        default=256, ge=8, le=10_000, description="Header fields in one request (431 beyond)."
     )
     header_timeout_s: float = Field(
         default=10.0,

@@ -113,8 +113,34 @@ class RouterMetrics:
             ("sha256",),
             registry=r,
         )
+        self.query_log_lines = Counter(
+            "residency_router_query_log_lines",
+            "Lines appended to the query log (--log).",
+            registry=r,
+        )
+        self.query_log_reopens = Counter(
+            "residency_router_query_log_reopens",
+            "Query log reopened: on a signal (SIGHUP, SIGUSR1), or because the file at --log "
+            "was replaced (rotated) or vanished (renamed or deleted: a new one is created).",
+            ("reason",),
+            registry=r,
+        )
+        self.bodies_receiving = Gauge(
+            "residency_router_bodies_receiving",
+            "Generation requests whose body is being read (they hold no --max-concurrent slot "
+            "yet).",
+            registry=r,
+        )
+        self.slots_in_use = Gauge(
+            "residency_router_slots_in_use",
+            "--max-concurrent slots held: generation requests in flight, each counted n times "
+            "for n (or best_of) completions.",
+            registry=r,
+        )
         for result in ("ok", "refused"):  # both series from the start, at 0
             self.plan_reloads.labels(result)
+        for reason in ("SIGHUP", "SIGUSR1", "replaced", "vanished"):
+            self.query_log_reopens.labels(reason)
         self._plan_sha256: str | None = None
         self._prompt_total = 0
         self._cached_total = 0

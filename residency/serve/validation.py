@@ -7,6 +7,11 @@ that would read the hidden prompt back refused by name unless the operator opts 
     {"messages": [...], "stream": "false"}                              -> 400 'stream'
     {"prompt": "q", "echo": true, "logprobs": 1}                        -> 400 'echo'
     {"messages": [null, 5, {...}]}                                      -> 400 'messages.0'
+    {"messages": [...], "n": 32}                                        -> 400 'n' (--max-n)
+    {"messages": [...], "stop": [[[...254 levels...]]]}                 -> 400 'stop'
+
+Every body the JSON parser accepts is either refused here or can be re-encoded for vLLM:
+orjson parses 1,024 levels of nesting but encodes at most MAX_JSON_DEPTH.
 """
 
 from __future__ import annotations
@@ -90,6 +95,9 @@ class _Common(BaseModel):
     model: str | None = Field(default=None, min_length=1, max_length=512, description="Model.")
     stream: bool | None = Field(default=None, description="Stream server-sent events.")
     stream_options: StreamOptions | None = Field(default=None, description="Stream options.")
+    # Bounds below 1 are vLLM's to refuse; the router reads them for --max-n and the budget.
+    n: int | None = Field(default=None, description="Completions to generate.")
+    best_of: int | None = Field(default=None, description="Candidates generated (vLLM).")
 
 
 class ChatRequest(_Common):
@@ -113,36 +121,56 @@ class ClientRequest:
     stream: bool
     client_usage: bool  # the client asked for the usage chunk itself
     body: dict[str, Any]  # model, stream, stream_options and allowlisted parameters
+    fan_out: int  # completions vLLM generates for it: max(n, best_of, 1)
 
 
 class RequestError(Exception):
     """A request the router refuses: an OpenAI-shaped 4xx."""
 
     def __init__(
-        self, status: int, message: str, code: str | None = None, param: str | None = None
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        param: str | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.param = param
+        self.close = close  # the body was not read to its end: close rather than read on
 
     def response(self) -> Response:
         """The error as the client gets it."""
         kind = "rate_limit_error" if self.status == 429 else "invalid_request_error"
-        return error_response(self.status, str(self), kind, self.code, self.param)
+        response = error_response(self.status, str(self), kind, self.code, self.param)
+        if self.close:  # uvicorn closes the connection after the answer
+            response.headers["Connection"] = "close"
+        return response
 
 
 _READ = {"messages", "prompt", "model", "stream", "stream_options"}
+# Containers nested in one body, its own object included: orjson.dumps raises "Recursion limit
+# reached" at 255 (orjson.loads takes 1,024), and the router re-encodes every body it forwards.
+MAX_JSON_DEPTH = 254
+# Unknown parameters named in a refusal, and characters of each: 100,000 of them must not
+# make a megabyte of error.
+LISTED_NAMES = 5
+NAME_CHARS = 64
 
 
-def parse_request(raw: bytes, endpoint: Generation, allow_readback: bool) -> ClientRequest:
+def parse_request(
+    raw: bytes, endpoint: Generation, allow_readback: bool, max_n: int
+) -> ClientRequest:
     """The request in `raw` (a JSON body), or `RequestError` naming what is wrong."""
     try:
         data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise RequestError(400, "the request body is not valid JSON") from None
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(400, f"the request body is not valid JSON: {_reason(exc)}") from None
     if not isinstance(data, dict):
         raise RequestError(400, "the request body must be a JSON object")
+    _check_depth(data)
     asked = (k for k in READBACK_PARAMS & data.keys() if data[k] is not None)
     readback = sorted(k for k in asked if data[k] is not False)
     if readback and not allow_readback:
@@ -157,10 +185,10 @@ def parse_request(raw: bytes, endpoint: Generation, allow_readback: bool) -> Cli
     if unknown:
         raise RequestError(
             400,
-            f"unsupported parameter {', '.join(map(repr, unknown))}: the router passes on "
-            "sampling and output parameters only",
+            f"unsupported parameter {_names(unknown)}: the router passes on sampling and "
+            "output parameters only",
             "unsupported_parameter",
-            unknown[0],
+            _cut(unknown[0]),
         )
     schema = ChatRequest if endpoint == "chat" else CompletionRequest
     try:
@@ -185,7 +213,70 @@ def parse_request(raw: bytes, endpoint: Generation, allow_readback: bool) -> Cli
         stream=stream,
         client_usage=bool(options is not None and options.include_usage),
         body=body,
+        fan_out=_fan_out(parsed, max_n),
     )
+
+
+def _fan_out(parsed: _Common, max_n: int) -> int:
+    """Completions the request makes vLLM generate; past --max-n a `RequestError`."""
+    for name in ("n", "best_of"):
+        value = getattr(parsed, name)
+        if value is not None and value > max_n:
+            raise RequestError(
+                400,
+                f"'{name}' {value}: at most --max-n {max_n} completions per request",
+                "too_many_completions",
+                name,
+            )
+    return max(parsed.n or 1, parsed.best_of or 1, 1)
+
+
+def _reason(exc: orjson.JSONDecodeError) -> str:
+    """orjson's reason and where: 'no low surrogate in string at line 1, column 8'."""
+    return f"{exc.msg[:200]} at line {exc.lineno}, column {exc.colno}"
+
+
+def _check_depth(data: dict[str, Any]) -> None:
+    """Refuse a body the router could not re-encode, naming the top-level field."""
+    try:
+        orjson.dumps(data)  # C speed; the walk below runs only for a body that fails
+    except orjson.JSONEncodeError as exc:
+        field = _too_deep(data)
+        if field is None:  # pragma: no cover - orjson.loads output fails only on depth
+            raise RequestError(400, f"the request body cannot be passed on: {exc}") from None
+        raise RequestError(
+            400,
+            f"'{_cut(field)}' is nested too deeply: the router passes on bodies nested at "
+            f"most {MAX_JSON_DEPTH} levels of arrays and objects (the body's own included)",
+            "nested_too_deeply",
+            _cut(field),
+        ) from None
+
+
+def _too_deep(data: dict[str, Any]) -> str | None:
+    """The first top-level field under which containers nest past MAX_JSON_DEPTH."""
+    for key, value in data.items():
+        stack: list[tuple[Any, int]] = [(value, 2)]  # the body's object is level 1
+        while stack:
+            node, depth = stack.pop()
+            if not isinstance(node, dict | list):
+                continue
+            if depth > MAX_JSON_DEPTH:
+                return str(key)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((c, depth + 1) for c in children)
+    return None
+
+
+def _cut(name: str) -> str:
+    return name if len(name) <= NAME_CHARS else name[:NAME_CHARS] + "..."
+
+
+def _names(names: list[str]) -> str:
+    """'a', 'b' and 3 more: at most LISTED_NAMES names, each at most NAME_CHARS long."""
+    shown = ", ".join(repr(_cut(n)) for n in names[:LISTED_NAMES])
+    more = len(names) - LISTED_NAMES
+    return f"{shown} and {more:,} more" if more > 0 else shown
 
 
 def _one(prompts: list[str]) -> str:
