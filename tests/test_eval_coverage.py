@@ -86,10 +86,12 @@ def questions() -> list[Question]:
 
 
 def chunk_tokens(index: Index, encoder: LocalTokenizer, chunk_id: str) -> int:
-    """Tokens a retrieved chunk adds, written out by hand: header line, text, separator."""
+    """Tokens a retrieved chunk adds, written out by hand: header line (with the record's file
+    and line as its source), text, separator."""
     sid = chunk_id.split("::")[0]
     chunk = next(c for c in index.chunks if c.id == chunk_id)
-    return encoder.count(f"[id: {sid}] {SECTIONS[sid][0]}\n{chunk.text}") + 1
+    source = f"manual.jsonl:{list(SECTIONS).index(sid) + 1}"
+    return encoder.count(f"[id: {sid}] {SECTIONS[sid][0]} [source: {source}]\n{chunk.text}") + 1
 
 
 def test_the_hand_made_corpus_ranks_as_the_expectations_assume(index: Index) -> None:
