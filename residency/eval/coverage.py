@@ -152,8 +152,7 @@ class Outcome:
 
 
 def render_chunk(section: Section, chunk: Chunk) -> str:
-    """A retrieved chunk as it appears in the prompt (`render_passage`, as the router renders
-    it): its section's header and source, then the chunk text."""
+    """A retrieved chunk as the router renders it: section header and source, chunk text."""
     return render_passage(section, chunk.text, chunk.start_char)
 
 
