@@ -104,11 +104,13 @@ def _page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
                 continue
             size, font = 0.0, ""
             if aligned:
-                offsets = [match.start() + i for i, ch in enumerate(raw_line) if not ch.isspace()]
-                picks = {offsets[0], offsets[len(offsets) // 2], offsets[-1]}
+                first = match.start() + len(raw_line) - len(raw_line.lstrip())
+                last = match.end() - 1 - (len(raw_line) - len(raw_line.rstrip()))
+                middle = (first + last) // 2
+                picks = {first, last} | ({middle} if not text[middle].isspace() else set())
                 sizes = [pdfium_c.FPDFText_GetFontSize(textpage.raw, i) for i in picks]
                 size = round(statistics.median(sizes) / _SIZE_STEP) * _SIZE_STEP
-                font = _font_name(textpage.raw, offsets[0])
+                font = _font_name(textpage.raw, first)
             lines.append(Line(stripped, size, number, font))
         return lines
     finally:
