@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
+import pytest
 from residency_cli import REPO_ROOT
 
 from residency.corpus.chunker_settings import ChunkerSettings
+from residency.corpus.formats import BINARY_FORMATS, BinaryFormat
 from residency.index import IndexOptions, build_index, open_index, read_manifest
 from residency.index.manifest import MANIFEST_FILE, manifest_bytes
 from residency.tokenizer import ApproxTokenizer
@@ -130,6 +132,22 @@ def test_a_duplicate_section_reappears_when_the_first_one_is_removed(tmp_path: P
     again = build_index(corpus, index, BM25, ApproxTokenizer())
     assert again.skipped == ()
     assert open_index(index).section("x").text == "from b"
+
+
+def test_a_file_skipped_for_a_missing_library_is_read_once_it_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus, index = make_corpus(tmp_path / "docs"), tmp_path / "idx"
+    real = BINARY_FORMATS[".pdf"]
+    monkeypatch.setitem(
+        BINARY_FORMATS, ".pdf", BinaryFormat("PDF", "no_such_mod", "pdf", real.reader)
+    )
+    first = build_index(corpus, index, BM25, ApproxTokenizer())
+    assert [s.file for s in first.skipped] == ["manual.pdf"]
+    monkeypatch.setitem(BINARY_FORMATS, ".pdf", real)  # installed now
+    again = build_index(corpus, index, BM25, ApproxTokenizer())
+    assert (again.skipped, again.build.parsed_files) == ((), 1)
+    assert "manual.pdf" in {s.file for s in open_index(index).sections}
 
 
 def _default_sigint() -> None:

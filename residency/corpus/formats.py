@@ -59,14 +59,14 @@ BINARY_FORMATS: dict[str, BinaryFormat] = {
 SUPPORTED_SUFFIXES = (*TEXT_SUFFIXES, *BINARY_FORMATS)
 
 
+MISSING_LIBRARY = "needs the optional dependency"  # in the reason of such a skipped input
+
+
 def missing_library(fmt: BinaryFormat) -> str | None:
     """Why `fmt` cannot be read here (its library is not installed), or None."""
     if importlib.util.find_spec(fmt.module) is not None:
         return None
-    return (
-        f"{fmt.name} needs the optional dependency {fmt.module!r}: "
-        f"pip install 'residency[{fmt.extra}]'"
-    )
+    return f"{fmt.name} {MISSING_LIBRARY} {fmt.module!r}: pip install 'residency[{fmt.extra}]'"
 
 
 def read_binary(suffix: str, rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:

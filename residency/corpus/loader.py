@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from residency.corpus.drafts import PREAMBLE_ANCHOR, Draft, slugify
 from residency.corpus.formats import (
     BINARY_FORMATS,
+    MISSING_LIBRARY,
     READER_VERSION,
     SUPPORTED_SUFFIXES,
     read_binary,
@@ -227,14 +228,15 @@ def _reusable(
 ) -> tuple[list[Draft], list[SkippedInput]] | None:
     """The previous build's sections and skipped inputs of an unchanged file, or None.
 
-    A file one of whose sections was skipped as a duplicate is read again: the section it
-    collided with may be gone now."""
+    A file one of whose sections was skipped as a duplicate is read again (the section it
+    collided with may be gone now), and so is one skipped for want of its reader's library
+    (it may be installed now)."""
     if previous is None or previous.reader_version != READER_VERSION:
         return None
     if previous.files.get(rel) != digest:
         return None
     skipped = list(previous.skipped.get(rel, ()))
-    if any(s.reason.startswith(_DUPLICATE) for s in skipped):
+    if any(s.reason.startswith(_DUPLICATE) or MISSING_LIBRARY in s.reason for s in skipped):
         return None
     return [_draft_of(s) for s in previous.sections.get(rel, ())], skipped
 
