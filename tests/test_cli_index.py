@@ -53,14 +53,14 @@ def test_index_the_sample_corpus_bm25_only_json(tmp_path: Path) -> None:
 def test_index_prints_a_summary_and_lists_skipped_inputs(tmp_path: Path) -> None:
     corpus = tiny_corpus(tmp_path / "docs")
     (corpus / "broken.jsonl").write_text('{"id": "a", "text": "ok"}\n{"id": "b"}\n')
-    (corpus / "scan.pdf").write_bytes(b"%PDF-1.4")
+    (corpus / "slides.pptx").write_bytes(b"PK\x03\x04")
     out = run_cli("index", str(corpus), "-o", str(tmp_path / "idx"), "--no-dense")
     assert out.returncode == 0, out.stderr
     for fragment in ("sections", "chunks", "embedded", "reused", "skipped inputs", "approx"):
         assert fragment in out.stdout
     assert "broken.jsonl:2" in out.stdout
     assert "text: Field required" in out.stdout
-    assert "unsupported file type '.pdf'" in out.stdout
+    assert "unsupported file type '.pptx'" in out.stdout
     assert "token counts are approximate" in out.stdout
 
 

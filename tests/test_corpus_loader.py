@@ -174,7 +174,8 @@ def test_ids_are_stable_across_reloads_and_unrelated_edits(corpus: Path) -> None
         pytest.param("empty.md", "  \n\n", 0, "empty file", id="empty"),
         pytest.param("blob.txt", b"\x89PNG\r\n\x1a\n\x00\x00", 0, "binary", id="binary"),
         pytest.param("sjis.txt", "一行目\n灯台".encode("shift_jis"), 1, "not UTF-8", id="non-utf8"),
-        pytest.param("image.pdf", b"%PDF-1.4", 0, "unsupported file type '.pdf'", id="pdf"),
+        pytest.param("slides.pptx", b"PK\x03\x04", 0, "unsupported file type '.pptx'", id="pptx"),
+        pytest.param("broken.pdf", b"%PDF-1.4", 0, "cannot read PDF", id="broken-pdf"),
         pytest.param("only-headings.md", "# A\n## B\n", 0, "no section text", id="headings"),
         pytest.param(
             "bad.jsonl",

@@ -24,7 +24,7 @@ from residency.eval.questions import Question
 from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
-from residency.planning.prefix import render_section
+from residency.planning.prefix import render_passage
 from residency.query_log import LogEntry
 from residency.routing import DEFAULT_K, decide_route
 from residency.tokenizer import LocalTokenizer
@@ -86,10 +86,12 @@ def questions() -> list[Question]:
 
 
 def chunk_tokens(index: Index, encoder: LocalTokenizer, chunk_id: str) -> int:
-    """Tokens a retrieved chunk adds, written out by hand: header line, text, separator."""
+    """Tokens a retrieved chunk adds, written out by hand: header line (with the record's file
+    and line as its source), text, separator."""
     sid = chunk_id.split("::")[0]
     chunk = next(c for c in index.chunks if c.id == chunk_id)
-    return encoder.count(f"[id: {sid}] {SECTIONS[sid][0]}\n{chunk.text}") + 1
+    source = f"manual.jsonl:{list(SECTIONS).index(sid) + 1}"
+    return encoder.count(f"[id: {sid}] {SECTIONS[sid][0]} [source: {source}]\n{chunk.text}") + 1
 
 
 def test_the_hand_made_corpus_ranks_as_the_expectations_assume(index: Index) -> None:
@@ -696,7 +698,8 @@ def test_the_dated_route_pins_the_period_s_sections_as_the_router_does(
     assert [r.overall.coverage_all for r in plain.results] == [0.0, 0.0]
     assert [r.overall.coverage_all for r in dated.results] == [1.0, 0.0]
     assert dated.results[0].overall.mean_added_chunks == 2  # manual-fog + note-mar-20
-    section = render_section(dated_index.section("note-mar-20"))
+    note = dated_index.section("note-mar-20")
+    section = render_passage(note, note.text)  # pinned whole, with its source, as the router does
     extra = dated.results[0].overall.mean_added_tokens - plain.results[0].overall.mean_added_tokens
     assert extra == encoder.count(section) + 1
     assert dated.results[1].overall == plain.results[1].overall
@@ -753,7 +756,8 @@ def test_eval_and_router_pin_the_same_dated_sections(
             frozenset(c.id for c in dated_index.chunks_of(s)) for s in routed.dated_section_ids
         ]
         assert list(chunks) == expected, query
-        rendered = [render_section(dated_index.section(s)) for s in routed.dated_section_ids]
+        rendered = builder.render(routed, ()).passages  # what the router puts in the prompt
+        assert len(rendered) == len(routed.dated_section_ids)
         assert cost == sum(encoder.count(r) + 1 for r in rendered), query
         pinned_any += bool(chunks)
     assert pinned_any >= 2  # the check is not vacuous

@@ -95,7 +95,10 @@ def test_two_hops_show_both_sections_of_a_relation_question(
     assert [r.overall.coverage for r in one.results] == [1.0, 1.0]
     assert two.results[0].overall.coverage_all == 1.0
     assert two.results[0].overall.mean_added_chunks == 2  # kanzaki, then orca
-    orca_tokens = encoder.count(f"[id: orca] Orca horn\n{SECTIONS['orca'][1]}") + 1
+    source = f"manual.jsonl:{list(SECTIONS).index('orca') + 1}"
+    orca_tokens = (
+        encoder.count(f"[id: orca] Orca horn [source: {source}]\n{SECTIONS['orca'][1]}") + 1
+    )
     extra = two.results[0].overall.mean_added_tokens - one.results[0].overall.mean_added_tokens
     assert extra == orca_tokens
     assert two.results[1].overall == one.results[1].overall  # plain RAG stays one hop

@@ -1,23 +1,30 @@
-"""Corpus loading: a directory of .md, .txt and .jsonl files into sections with stable ids.
+"""Corpus loading: a directory of files into sections with stable ids, re-reading only the files
+whose content changed since the previous build.
 
 Section ids (stable while a file's path and headings are unchanged, so re-indexing an unchanged
 file gives the same ids):
 
-- ``.md``: ``<relpath without .md>#<anchor>``; the anchor is the heading's explicit pandoc
-  ``{#anchor}``, else `slugify` of the heading (duplicates in one file get -2, -3, ...). Text
-  before the first heading is ``#_preamble``. Headings inside fenced code blocks are text.
+- ``.md``: ``<relpath without .md>#<anchor>``, CommonMark headings (`residency.corpus.markdown`);
+  the anchor is the heading's explicit pandoc ``{#anchor}``, else `slugify` of the heading
+  (duplicates in one file get -2, -3, ...). Text before the first heading is ``#_preamble``.
   A heading with an empty body (e.g. a title directly followed by a subheading) yields no section.
+- ``.pdf``, ``.html``/``.htm``, ``.docx``: ``<relpath>#<anchor>`` by the same rules, headings from
+  the PDF outline or font sizes, the page's ``h1``-``h6``, Word heading styles (`formats`).
 - ``.txt``: one section per blank-line separated paragraph, ``<relpath without .txt>#p<N>``.
 - ``.jsonl``: one section per line, id = the record's ``id`` verbatim; ``text`` required,
   ``title``, ``date`` (YYYY-MM-DD), ``tags`` and ``source`` optional, other fields ignored.
 
 Bad input policy: **index the rest and list what was skipped.** An empty, binary or non-UTF-8
-file, a file of an unsupported type, a .jsonl line with invalid JSON or missing / invalid fields,
-and a duplicate section id (the later one; the message names the first) each become a
-`SkippedInput` with file, line and reason, shown by `residency index` and kept in the manifest;
-`residency index --strict` turns any of them into an error that writes nothing. A corpus with no
-section at all is a `CorpusError`. Hidden files and directories (name starting with '.') are not
-part of the corpus.
+text file, a file of an unsupported type or whose reader is not installed, an encrypted or
+scanned PDF, a .jsonl line with invalid JSON or missing / invalid fields, and a duplicate section
+id (the later one; the message names the first) each become a `SkippedInput` with file, line and
+reason, shown by `residency index` and kept in the manifest; `residency index --strict` turns any
+of them into an error that writes nothing. A corpus with no section at all is a `CorpusError`.
+Hidden files and directories (name starting with '.') are not part of the corpus.
+
+Incremental loading: given the previous build (`PreviousCorpus`), a file whose sha256 and reader
+version are unchanged is not parsed again: its sections (and their token counts, when counted the
+same way) and its skipped inputs are taken from the previous build.
 """
 
 from __future__ import annotations
@@ -25,37 +32,30 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
-import unicodedata
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from residency.corpus.drafts import PREAMBLE_ANCHOR, Draft, slugify
+from residency.corpus.formats import (
+    BINARY_FORMATS,
+    MISSING_LIBRARY,
+    READER_VERSION,
+    SUPPORTED_SUFFIXES,
+    read_binary,
+)
+from residency.corpus.markdown import parse_markdown
 from residency.corpus.model import Section, SkippedInput, SourceFile
 from residency.errors import ConfigError, CorpusError
-from residency.tokenizer import ModelTokenizer
+from residency.tokenizer import ModelTokenizer, TokenCountInfo
 
-SUPPORTED_SUFFIXES = (".md", ".txt", ".jsonl")
-PREAMBLE_ANCHOR = "_preamble"
+__all__ = ["PREAMBLE_ANCHOR", "SUPPORTED_SUFFIXES", "Corpus", "PreviousCorpus", "slugify"]
 
-_HEADING = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?[ \t]*$")
-_CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+$")
-_ATTRS = re.compile(r"[ \t]*\{([^{}]*)\}$")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _BLANK = re.compile(r"^[ \t]*$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-@dataclass(frozen=True, slots=True)
-class _Draft:
-    id: str
-    line: int
-    title: str
-    text: str
-    date: dt.date | None = None
-    tags: tuple[str, ...] = ()
-    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,20 @@ class Corpus:
     files: tuple[SourceFile, ...]
     skipped: tuple[SkippedInput, ...]
     corpus_hash: str
+    parsed_files: tuple[str, ...] = ()  # read and parsed this time (new or changed)
+    reused_files: tuple[str, ...] = ()  # unchanged since the previous build: taken from it
+    removed_files: tuple[str, ...] = ()  # in the previous build, gone now
+
+
+@dataclass(frozen=True, slots=True)
+class PreviousCorpus:
+    """What the previous build read: enough to reuse its work on the files that did not change."""
+
+    reader_version: str | None
+    token_count: TokenCountInfo | None
+    files: Mapping[str, str]  # relpath -> sha256
+    sections: Mapping[str, Sequence[Section]] = field(default_factory=dict)  # by file
+    skipped: Mapping[str, Sequence[SkippedInput]] = field(default_factory=dict)  # by file
 
 
 class JsonlRecord(BaseModel):
@@ -82,91 +96,16 @@ class JsonlRecord(BaseModel):
     source: str | None = Field(default=None, max_length=1024, description="Provenance.")
 
 
-def slugify(text: str) -> str:
-    """NFKC, lowercase, whitespace runs to '-', punctuation dropped, CJK kept; '' -> 'section'.
-
-    >>> slugify("灯器の日常点検（月例）")
-    '灯器の日常点検月例'
-    >>> slugify("Step 2: Replace the LAMP!")
-    'step-2-replace-the-lamp'
-    """
-    out: list[str] = []
-    for ch in unicodedata.normalize("NFKC", text).lower().strip():
-        if ch.isspace() or ch == "-":
-            out.append("-")
-        elif ch == "_" or unicodedata.category(ch)[0] in "LNM":
-            out.append(ch)
-    return re.sub(r"-{2,}", "-", "".join(out)).strip("-") or "section"
-
-
-def _split_heading(raw: str) -> tuple[str, str | None]:
-    """('Heading text', explicit anchor or None) from the text after the #'s."""
-    text = _CLOSING_HASHES.sub("", raw.strip())
-    anchor = None
-    attrs = _ATTRS.search(text)
-    if attrs:
-        ids = [a[1:] for a in attrs.group(1).split() if a.startswith("#") and len(a) > 1]
-        if ids:
-            anchor = ids[0]
-            text = text[: attrs.start()]
-    return text.strip(), anchor
-
-
-def parse_markdown(stem: str, text: str) -> list[_Draft]:
-    """Sections of one markdown file (`stem` = relpath without .md)."""
-    drafts: list[_Draft] = []
-    used: set[str] = set()
-    path: list[tuple[int, str]] = []  # (level, heading) of the enclosing headings
-    anchor, title, start_line = PREAMBLE_ANCHOR, "", 1
-    body: list[str] = []
-    fence: str | None = None
-
-    def flush() -> None:
-        content = "\n".join(body).strip()
-        if content:
-            drafts.append(_Draft(f"{stem}#{anchor}", start_line, title, content))
-
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        fence_match = _FENCE.match(line)
-        if fence_match:
-            mark = fence_match.group(1)
-            if fence is None:
-                fence = mark
-            elif mark[0] == fence[0] and len(mark) >= len(fence):
-                fence = None
-        heading = _HEADING.match(line) if fence is None and not fence_match else None
-        if heading is None:
-            body.append(line)
-            continue
-        flush()
-        level = len(heading.group(1))
-        heading_text, explicit = _split_heading(heading.group(2) or "")
-        anchor = explicit or slugify(heading_text)
-        if explicit is None and anchor in used:
-            n = 2
-            while f"{anchor}-{n}" in used:
-                n += 1
-            anchor = f"{anchor}-{n}"
-        used.add(anchor)
-        while path and path[-1][0] >= level:
-            path.pop()
-        path.append((level, heading_text))
-        title = " > ".join(h for _, h in path if h)
-        start_line, body = line_no, list[str]()
-    flush()
-    return drafts
-
-
-def parse_txt(stem: str, text: str) -> list[_Draft]:
+def parse_txt(stem: str, text: str) -> list[Draft]:
     """One section per blank-line separated paragraph."""
-    drafts: list[_Draft] = []
+    drafts: list[Draft] = []
     para: list[str] = []
     start = 0
     for line_no, line in enumerate([*text.splitlines(), ""], start=1):
         if _BLANK.match(line):
             if para:
                 n = len(drafts) + 1
-                drafts.append(_Draft(f"{stem}#p{n}", start, "", "\n".join(para).strip()))
+                drafts.append(Draft(f"{stem}#p{n}", start, "", "\n".join(para).strip()))
             para = []
         else:
             if not para:
@@ -183,9 +122,9 @@ def _validation_reason(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_jsonl(rel: str, text: str) -> tuple[list[_Draft], list[SkippedInput]]:
+def parse_jsonl(rel: str, text: str) -> tuple[list[Draft], list[SkippedInput]]:
     """One section per JSON line; bad lines come back as skipped inputs with their line."""
-    drafts: list[_Draft] = []
+    drafts: list[Draft] = []
     skipped: list[SkippedInput] = []
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -211,7 +150,7 @@ def parse_jsonl(rel: str, text: str) -> tuple[list[_Draft], list[SkippedInput]]:
             continue
         title = (rec.title or "").strip()
         text_ = rec.text.strip()
-        drafts.append(_Draft(rec.id, line_no, title, text_, day, rec.tags, rec.source))
+        drafts.append(Draft(rec.id, line_no, title, text_, day, rec.tags, rec.source))
     return drafts, skipped
 
 
@@ -241,23 +180,65 @@ def _corpus_files(root: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def _parse_file(rel: str, path: Path) -> tuple[bytes, list[_Draft], list[SkippedInput]]:
-    data = path.read_bytes()
-    suffix = path.suffix.lower()
+def _parse(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
+    """The sections and skipped inputs of one file's bytes, by its suffix."""
+    suffix = Path(rel).suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         reason = f"unsupported file type '{suffix}' (indexed: {', '.join(SUPPORTED_SUFFIXES)})"
-        return data, [], [SkippedInput(file=rel, line=0, reason=reason)]
-    text = _decode(rel, data)
-    if isinstance(text, SkippedInput):
-        return data, [], [text]
-    stem = rel[: -len(suffix)]
-    if suffix == ".jsonl":
-        drafts, skipped = parse_jsonl(rel, text)
+        return [], [SkippedInput(file=rel, line=0, reason=reason)]
+    if suffix in BINARY_FORMATS:
+        if not data.strip():
+            return [], [SkippedInput(file=rel, line=0, reason="empty file")]
+        drafts, skipped = read_binary(suffix, rel, data)
     else:
-        drafts, skipped = (parse_markdown if suffix == ".md" else parse_txt)(stem, text), []
+        text = _decode(rel, data)
+        if isinstance(text, SkippedInput):
+            return [], [text]
+        stem = rel[: -len(suffix)]
+        if suffix == ".jsonl":
+            drafts, skipped = parse_jsonl(rel, text)
+        elif suffix == ".md":
+            drafts, skipped = parse_markdown(stem, text, rel)
+        else:
+            drafts, skipped = parse_txt(stem, text), []
     if not drafts and not skipped:
         skipped = [SkippedInput(file=rel, line=0, reason="no section text (only headings)")]
-    return data, drafts, skipped
+    return drafts, skipped
+
+
+def _draft_of(section: Section) -> Draft:
+    return Draft(
+        section.id,
+        section.line,
+        section.title,
+        section.text,
+        section.date,
+        section.tags,
+        section.source,
+        section.page,
+        section.page_breaks,
+    )
+
+
+_DUPLICATE = "duplicate section id "
+
+
+def _reusable(
+    previous: PreviousCorpus | None, rel: str, digest: str
+) -> tuple[list[Draft], list[SkippedInput]] | None:
+    """The previous build's sections and skipped inputs of an unchanged file, or None.
+
+    A file one of whose sections was skipped as a duplicate is read again (the section it
+    collided with may be gone now), and so is one skipped for want of its reader's library
+    (it may be installed now)."""
+    if previous is None or previous.reader_version != READER_VERSION:
+        return None
+    if previous.files.get(rel) != digest:
+        return None
+    skipped = list(previous.skipped.get(rel, ()))
+    if any(s.reason.startswith(_DUPLICATE) or MISSING_LIBRARY in s.reason for s in skipped):
+        return None
+    return [_draft_of(s) for s in previous.sections.get(rel, ())], skipped
 
 
 def corpus_hash(files: list[SourceFile]) -> str:
@@ -268,31 +249,58 @@ def corpus_hash(files: list[SourceFile]) -> str:
     return h.hexdigest()
 
 
-def load_corpus(root: Path, counter: ModelTokenizer) -> Corpus:
-    """Read every file under `root` into sections (see the module docstring for the rules)."""
+def _token_counts(
+    drafts: list[tuple[str, Draft]],
+    counter: ModelTokenizer,
+    previous: PreviousCorpus | None,
+    reused: set[str],
+) -> list[int]:
+    """Token counts of the drafts: a reused file's sections keep theirs when counted alike."""
+    known: dict[str, int] = {}
+    if previous is not None and previous.token_count == counter.info:
+        known = {s.id: s.token_count for rel in reused for s in previous.sections.get(rel, ())}
+    todo = [d.text for rel, d in drafts if not (rel in reused and d.id in known)]
+    fresh = iter(counter.count_batch(todo) if todo else [])
+    return [known[d.id] if rel in reused and d.id in known else next(fresh) for rel, d in drafts]
+
+
+def load_corpus(
+    root: Path, counter: ModelTokenizer, previous: PreviousCorpus | None = None
+) -> Corpus:
+    """Read every file under `root` into sections (see the module docstring for the rules);
+    files unchanged since `previous` are taken from it rather than parsed again."""
     if not root.is_dir():
         raise ConfigError(f"corpus directory {root} does not exist or is not a directory")
     seen: dict[str, str] = {}  # section id -> 'file:line' of its first occurrence
-    drafts: list[tuple[str, _Draft]] = []
+    drafts: list[tuple[str, Draft]] = []
     files: list[SourceFile] = []
     skipped: list[SkippedInput] = []
+    parsed: list[str] = []
+    reused: set[str] = set()
     for rel, path in _corpus_files(root):
         try:
-            data, found, bad = _parse_file(rel, path)
+            data = path.read_bytes()
         except OSError as exc:
             skipped.append(SkippedInput(file=rel, line=0, reason=f"cannot read: {exc.strerror}"))
             continue
+        digest = hashlib.sha256(data).hexdigest()
+        again = _reusable(previous, rel, digest)
+        if again is None:
+            found, bad = _parse(rel, data)
+            parsed.append(rel)
+        else:
+            found, bad = again
+            reused.add(rel)
         skipped.extend(bad)
         kept = 0
         for d in found:
             if d.id in seen:
-                reason = f"duplicate section id {d.id!r} (first at {seen[d.id]})"
+                reason = f"{_DUPLICATE}{d.id!r} (first at {seen[d.id]})"
                 skipped.append(SkippedInput(file=rel, line=d.line, reason=reason))
                 continue
             seen[d.id] = f"{rel}:{d.line}"
             drafts.append((rel, d))
             kept += 1
-        digest = hashlib.sha256(data).hexdigest()
         files.append(SourceFile(path=rel, sha256=digest, size_bytes=len(data), sections=kept))
     if not drafts:
         detail = "; ".join(f"{s.location()}: {s.reason}" for s in skipped[:3])
@@ -302,7 +310,7 @@ def load_corpus(root: Path, counter: ModelTokenizer) -> Corpus:
             + (f" ({detail})" if detail else "")
             + f"; add {', '.join(SUPPORTED_SUFFIXES)} files with text"
         )
-    counts = counter.count_batch([d.text for _, d in drafts])
+    counts = _token_counts(drafts, counter, previous, reused)
     sections = tuple(
         Section(
             id=d.id,
@@ -313,9 +321,22 @@ def load_corpus(root: Path, counter: ModelTokenizer) -> Corpus:
             date=d.date,
             tags=d.tags,
             source=d.source,
+            page=d.page,
+            page_breaks=d.page_breaks,
             order=i,
             token_count=n,
         )
         for i, ((rel, d), n) in enumerate(zip(drafts, counts, strict=True))
     )
-    return Corpus(root, sections, tuple(files), tuple(skipped), corpus_hash(files))
+    present = {f.path for f in files}
+    removed = tuple(sorted(set(previous.files) - present)) if previous is not None else ()
+    return Corpus(
+        root,
+        sections,
+        tuple(files),
+        tuple(skipped),
+        corpus_hash(files),
+        parsed_files=tuple(parsed),
+        reused_files=tuple(sorted(reused)),
+        removed_files=removed,
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -37,7 +38,11 @@ class Section(BaseModel):
     file: str = Field(
         min_length=1, max_length=_ID, description="Source file, relative to the corpus root (/)."
     )
-    line: int = Field(ge=1, description="1-based line of the file where the section starts.")
+    line: int = Field(
+        ge=1,
+        description="Where the section starts: 1-based line (.md, .txt, .jsonl, HTML block), "
+        "page (PDF) or paragraph (DOCX).",
+    )
     title: str = Field(
         max_length=_ID,
         description="Heading path ('運用マニュアル > 灯器の日常点検'), the record's title, or ''.",
@@ -50,12 +55,35 @@ class Section(BaseModel):
     source: str | None = Field(
         default=None, max_length=_ID, description="The .jsonl record's 'source' field."
     )
+    page: int | None = Field(
+        default=None, ge=1, description="PDF: the 1-based page the section starts on (citations)."
+    )
+    page_breaks: tuple[int, ...] = Field(
+        default=(),
+        max_length=100_000,
+        description="PDF: offsets in `text` where the next pages begin (page+1, page+2, ...).",
+    )
     order: int = Field(
         ge=0, description="Corpus order: files sorted by relative path, sections in file order."
     )
     token_count: int = Field(
         ge=0, description="Tokens of `text` alone (see the manifest's token_count for how)."
     )
+
+    def page_at(self, offset: int) -> int | None:
+        """The PDF page holding character `offset` of the text (None: not from a PDF).
+
+        Page 3 with breaks (120, 480): offset 200 is on page 4."""
+        if self.page is None:
+            return None
+        return self.page + bisect_right(self.page_breaks, offset)
+
+    def cite(self, offset: int = 0) -> str:
+        """Where a reader opens the text at `offset`: 'manual.pdf p. 4', 'notes/log.jsonl:12'."""
+        page = self.page_at(offset)
+        if page is not None:
+            return f"{self.file} p. {page}"
+        return f"{self.file}:{self.line}" if self.file.endswith((".jsonl", ".txt")) else self.file
 
 
 class Chunk(BaseModel):

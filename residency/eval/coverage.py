@@ -57,7 +57,7 @@ from residency.eval.questions import UNTYPED, Question
 from residency.eval.traffic import TrafficStats
 from residency.index import Index, manifest_hash
 from residency.planning.plan_model import ResidencyPlan
-from residency.planning.prefix import render_section
+from residency.planning.prefix import render_passage
 from residency.retrieval import FusedHit
 from residency.routing import (
     DEFAULT_HEDGE,
@@ -152,8 +152,8 @@ class Outcome:
 
 
 def render_chunk(section: Section, chunk: Chunk) -> str:
-    """A retrieved chunk as it appears in the prompt: its section's header, then the chunk text."""
-    return render_section(section.model_copy(update={"text": chunk.text}))
+    """A retrieved chunk as the router renders it: section header and source, chunk text."""
+    return render_passage(section, chunk.text, chunk.start_char)
 
 
 def chunk_token_counts(index: Index, encoder: ModelTokenizer) -> dict[str, int]:

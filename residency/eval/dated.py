@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from residency.index import Index
-from residency.planning.prefix import render_section
+from residency.planning.prefix import render_passage
 from residency.retrieval import FusedHit
 from residency.serve.context import pinned_dated
 from residency.timex import resolve_period
@@ -44,5 +44,5 @@ def dated_pinning(
     dated = [s for s in index.sections if s.date is not None]
     if not dated or max_dated <= 0:
         return None
-    tokens = {s.id: encoder.count(render_section(s)) + 1 for s in dated}
+    tokens = {s.id: encoder.count(render_passage(s, s.text)) + 1 for s in dated}
     return DatedPinning(index, today or dt.date.today(), max_dated, tokens)

@@ -28,6 +28,7 @@ from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from residency.corpus.chunker_settings import ChunkerSettings
+from residency.corpus.loader import PreviousCorpus
 from residency.corpus.model import Chunk, Section, SkippedInput, SourceFile
 from residency.corpus.sentences import Span
 from residency.errors import ConfigError
@@ -66,6 +67,13 @@ class BuildStats(BaseModel):
     reused_chunks: int = Field(ge=0, description="Chunks whose vector came from the old index.")
     embedded_sentences: int = Field(ge=0, description="Sentences the semantic chunker embedded.")
     seconds: float = Field(ge=0.0, description="Wall time of the build.")
+    parsed_files: int = Field(
+        default=0, ge=0, description="Files read and parsed this build (new or changed)."
+    )
+    reused_files: int = Field(
+        default=0, ge=0, description="Files unchanged since the previous build: not parsed again."
+    )
+    removed_files: int = Field(default=0, ge=0, description="Files gone since the previous build.")
 
 
 class IndexManifest(BaseModel):
@@ -87,6 +95,12 @@ class IndexManifest(BaseModel):
     token_count: TokenCountInfo = Field(description="How section tokens were counted.")
     normalization_version: str = Field(
         min_length=1, max_length=64, description="residency.normalize version of index text."
+    )
+    reader_version: str | None = Field(
+        default=None,
+        max_length=64,
+        description="residency.corpus.formats version of the file readers; a re-index with "
+        "other readers parses every file again (None: built before readers were versioned).",
     )
     sparse_tokenizer: str = Field(
         min_length=1, max_length=128, description="BM25 tokenizer name (get_tokenizer)."
@@ -179,14 +193,20 @@ def previous_vectors(index_dir: Path, embedder: Embedder) -> tuple[dict[str, int
 
 
 def previous_spans(
-    index_dir: Path, sections: Sequence[Section], chunker: ChunkerSettings
+    index_dir: Path,
+    sections: Sequence[Section],
+    chunker: ChunkerSettings,
+    old_sections: Sequence[Section] | None = None,
 ) -> dict[str, list[Span]]:
     """Chunk spans of sections whose text is unchanged since a previous build with the same
-    chunker settings (a semantic re-index then embeds no sentence of an unchanged section)."""
+    chunker settings (a semantic re-index then embeds no sentence of an unchanged section);
+    `old_sections`: that build's sections when already read."""
     try:
         if read_manifest(index_dir).chunker != chunker:
             return {}
-        old_text = {s.id: s.text for s in read_jsonl(index_dir / SECTIONS_FILE, Section)}
+        if old_sections is None:
+            old_sections = read_jsonl(index_dir / SECTIONS_FILE, Section)
+        old_text = {s.id: s.text for s in old_sections}
         old_chunks = read_jsonl(index_dir / CHUNKS_FILE, Chunk)
     except ConfigError:
         return {}
@@ -196,3 +216,21 @@ def previous_spans(
         if c.section_id in same:
             spans.setdefault(c.section_id, []).append(Span(c.start_char, c.end_char))
     return spans
+
+
+def previous_corpus(index_dir: Path) -> tuple[PreviousCorpus | None, list[Section]]:
+    """What the previous build in `index_dir` read (None without a readable one), and its
+    sections: a re-index parses again only the files whose content hash changed."""
+    try:
+        old = read_manifest(index_dir)
+        sections = read_jsonl(index_dir / SECTIONS_FILE, Section)
+    except ConfigError:
+        return None, []
+    by_file: dict[str, list[Section]] = {}
+    for section in sections:
+        by_file.setdefault(section.file, []).append(section)
+    skipped: dict[str, list[SkippedInput]] = {}
+    for item in old.skipped:
+        skipped.setdefault(item.file, []).append(item)
+    files = {f.path: f.sha256 for f in old.files}
+    return PreviousCorpus(old.reader_version, old.token_count, files, by_file, skipped), sections

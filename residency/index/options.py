@@ -40,6 +40,11 @@ class IndexOptions(BaseModel):
     strict: bool = Field(
         default=False, description="Fail (write nothing) if any input would be skipped."
     )
+    watch: bool = Field(
+        default=False,
+        description="Keep running: re-index whenever a corpus file is added, edited or removed "
+        "(only changed files are read and embedded again; Ctrl-C stops).",
+    )
 
 
 class UploadOptions(BaseModel):

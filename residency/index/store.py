@@ -29,6 +29,7 @@ from residency.corpus.chunking import (
     chunk_sections,
     count_sentences_to_embed,
 )
+from residency.corpus.formats import READER_VERSION
 from residency.corpus.loader import load_corpus
 from residency.corpus.model import Chunk, Section, SectionHit, collapse_to_sections
 from residency.errors import ConfigError, CorpusError
@@ -47,6 +48,7 @@ from residency.index.manifest import (
     EmbedderInfo,
     IndexManifest,
     manifest_bytes,
+    previous_corpus,
     previous_spans,
     previous_vectors,
     read_jsonl,
@@ -137,7 +139,8 @@ def build_index(
     check_chunker_settings(chunker)
     _check_target(corpus_dir, index_dir)
     tokenizer = get_tokenizer(options.sparse_tokenizer)
-    corpus = load_corpus(corpus_dir, counter)
+    previous, old_sections = previous_corpus(index_dir)
+    corpus = load_corpus(corpus_dir, counter, previous)
     if options.strict and corpus.skipped:
         listed = "; ".join(f"{s.location()}: {s.reason}" for s in corpus.skipped[:5])
         raise CorpusError(
@@ -147,7 +150,9 @@ def build_index(
     need_embedder = options.dense or chunker.kind == "semantic"
     embedder = get_embedder(options.embedder) if need_embedder else None
     with atomic_directory(index_dir) as tmp:
-        known = previous_spans(index_dir, corpus.sections, chunker) if embedder else {}
+        known = (
+            previous_spans(index_dir, corpus.sections, chunker, old_sections) if embedder else {}
+        )
         sentences = count_sentences_to_embed(corpus.sections, chunker, known)
         if progress is not None and sentences:
             progress.start("embedding sentences (semantic chunker)", sentences)
@@ -182,6 +187,7 @@ def build_index(
             total_tokens=sum(s.token_count for s in corpus.sections),
             token_count=counter.info,
             normalization_version=NORMALIZATION_VERSION,
+            reader_version=READER_VERSION,
             sparse_tokenizer=tokenizer.name,
             embedder=info,
             chunker=chunker,
@@ -191,6 +197,9 @@ def build_index(
                 reused_chunks=len(chunks) - embedded if info else 0,
                 embedded_sentences=sentences,
                 seconds=round(time.perf_counter() - started, 3),
+                parsed_files=len(corpus.parsed_files),
+                reused_files=len(corpus.reused_files),
+                removed_files=len(corpus.removed_files),
             ),
         )
         carry_over(index_dir, tmp, exclude=INDEX_ARTEFACTS)

@@ -171,7 +171,7 @@ class ContextBuilder:
 
     def _render_chunk(self, chunk_id: str) -> str:
         chunk = self.index.chunk(chunk_id)
-        return render_passage(self.index.section(chunk.section_id), chunk.text)
+        return render_passage(self.index.section(chunk.section_id), chunk.text, chunk.start_char)
 
 
 def pinned_dated(

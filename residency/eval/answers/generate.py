@@ -60,6 +60,7 @@ class Attempt:
     retrieved_ids: tuple[str, ...]  # section ids of the passages added, best first
     evidence_visible: bool | None
     retrieval_s: float | None
+    citations: tuple[str, ...] = ()  # where each added passage is from, 'manual.pdf p. 4'
 
 
 class AnswerStrategy(Protocol):
@@ -115,25 +116,32 @@ class RagStrategy:
         self.name = f"rag-top{k}"
         self._max_tokens = max_tokens
 
-    def messages(self, query: str) -> tuple[list[dict[str, Any]], tuple[str, ...], float]:
-        """(chat messages, retrieved section ids, retrieval seconds) for a query."""
+    def messages(
+        self, query: str
+    ) -> tuple[list[dict[str, Any]], tuple[str, ...], float, tuple[str, ...]]:
+        """(chat messages, retrieved section ids, retrieval seconds, where each passage is from
+        ('manual.pdf p. 4', once each)) for a query."""
         assert self.k is not None
         started = time.perf_counter()
         hits = self._index.search_chunks(query, self.k)
         elapsed = time.perf_counter() - started
         passages: list[str] = []
+        cites: list[str] = []
         for hit in hits:
             chunk = self._index.chunk(hit.id)
-            passages.append(render_passage(self._index.section(chunk.section_id), chunk.text))
+            section = self._index.section(chunk.section_id)
+            passages.append(render_passage(section, chunk.text, chunk.start_char))
+            cites.append(section.cite(chunk.start_char))
         retrieved = unique([self._index.section_of(h.id) for h in hits])
-        return rag_messages(self._index.language, passages, query), retrieved, elapsed
+        messages = rag_messages(self._index.language, passages, query)
+        return messages, retrieved, elapsed, unique(cites)
 
     def answer(self, question: AnswerQuestion) -> Attempt:
         """Retrieve, then stream the answer from the generator."""
-        messages, retrieved, retrieval_s = self.messages(question.query)
+        messages, retrieved, retrieval_s, cites = self.messages(question.query)
         answer, error = _stream(self._generator, messages, self._max_tokens)
         visible = evidence_visible(question.relevant_ids, retrieved)
-        return Attempt(answer, error, self.kind, retrieved, visible, retrieval_s)
+        return Attempt(answer, error, self.kind, retrieved, visible, retrieval_s, cites)
 
 
 def whole_text(sections: Sequence[Section], language: PromptLanguage) -> str:

@@ -156,6 +156,13 @@ class AnswerRecord(BaseModel):
     retrieved_ids: tuple[str, ...] = Field(
         max_length=10_000, description="Section ids of the passages added, best first."
     )
+    citations: tuple[str, ...] = Field(
+        default=(),
+        max_length=10_000,
+        description="Where each retrieved passage is from, best first: the source file and, for "
+        "a PDF, the page ('manuals/pump.pdf p. 4'). RAG strategies only: the router's headers "
+        "carry section ids.",
+    )
     evidence_visible: bool | None = Field(
         description="A gold section was in the prompt (resident or retrieved); None: no gold."
     )

@@ -73,6 +73,7 @@ def build_record(
         judge_score=judge.score if judge else None,
         route=attempt.route,
         retrieved_ids=attempt.retrieved_ids,
+        citations=attempt.citations,
         evidence_visible=attempt.evidence_visible,
         prompt_tokens=answer.prompt_tokens if answer else None,
         cached_tokens=answer.cached_tokens if answer else None,

@@ -1,0 +1,113 @@
+"""HTML pages into sections (trafilatura, `residency[html]`): the main content only, its
+``h1``–``h6`` as headings; navigation, sidebars, search boxes and footers dropped.
+
+Why trafilatura: on the shipped pages and a longer Sphinx page it kept every character of the
+main content (readability-lxml lost 2-5%) and every content heading with its level, and dropped
+the sidebar headings ("Navigation", "Quick search"); see docs/index-and-retrieval.md.
+
+Section ids are ``<relpath>#<anchor>``: the heading element's ``id`` where the page has one (the
+link a reader follows, e.g. ``page.html#installation``), else the slug of the heading.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from residency.corpus.drafts import Draft, DraftBuilder
+from residency.corpus.model import SkippedInput
+
+# Sphinx / MkDocs permalink marks that trafilatura keeps at the end of a heading.
+_PERMALINK = re.compile(r"[\s¶#🔗]+$")
+_HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+
+
+def _heading_ids(tree: Any) -> dict[str, list[str]]:
+    """Heading text -> the ids of the page's headings with that text, in page order."""
+    ids: dict[str, list[str]] = {}
+    for el in tree.iter(*_HEADING_TAGS):
+        ident = el.get("id") or next(
+            (p.get("id") for p in el.iterancestors("section", "div") if p.get("id")), None
+        )
+        text = _PERMALINK.sub("", " ".join(el.text_content().split()))
+        if ident:
+            ids.setdefault(text, []).append(str(ident))
+    return ids
+
+
+def _flat(el: Any) -> str:
+    return " ".join("".join(el.itertext()).split())
+
+
+def _list_lines(el: Any, depth: int) -> list[str]:
+    """'- item' lines of a (nested) list, each item's text once."""
+    lines: list[str] = []
+    for item in el.iterchildren("item"):
+        own = [item.text or ""]
+        nested: list[str] = []
+        for child in item:
+            if child.tag == "list":
+                nested += _list_lines(child, depth + 1)
+            else:
+                own.append("".join(child.itertext()))
+            own.append(child.tail or "")
+        lines.append("  " * depth + "- " + " ".join("".join(own).split()))
+        lines += nested
+    return lines
+
+
+def block_text(el: Any) -> str:
+    """The text of one block of trafilatura's XML: code as written, a list one item a line, a
+    table one row a line with cells separated by ' | '."""
+    if el.tag == "code":
+        return "".join(el.itertext()).strip("\n")
+    if el.tag == "list":
+        return "\n".join(_list_lines(el, 0))
+    if el.tag == "table":
+        rows = (" | ".join(_flat(cell) for cell in row.iter("cell")) for row in el.iter("row"))
+        return "\n".join(r for r in rows if r.strip(" |"))
+    return _flat(el)
+
+
+def read_html(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
+    """Sections of one HTML page's main content (`Draft.line` is the block's number)."""
+    import lxml.etree
+    import lxml.html
+    import trafilatura
+
+    try:
+        tree = lxml.html.document_fromstring(data)
+    except (lxml.etree.ParserError, ValueError) as exc:
+        return [], [SkippedInput(file=rel, line=0, reason=f"cannot parse HTML ({exc})")]
+    for link in tree.xpath('//a[contains(concat(" ", @class, " "), " headerlink ")]'):
+        link.drop_tree()
+    ids = _heading_ids(tree)
+    xml = trafilatura.extract(
+        tree,
+        output_format="xml",
+        include_formatting=False,
+        include_tables=True,
+        include_comments=False,
+        include_links=False,
+        include_images=False,
+        favor_recall=True,
+    )
+    if not xml:
+        reason = "no main content found in the HTML page (only navigation or scripts?)"
+        return [], [SkippedInput(file=rel, line=0, reason=reason)]
+    root = lxml.etree.fromstring(xml.encode("utf-8"))
+    main = root.find("main")
+    builder = DraftBuilder(rel)
+    for n, el in enumerate(main if main is not None else root, start=1):
+        text = block_text(el)
+        rend = el.get("rend") or ""
+        if el.tag == "head" and rend in _HEADING_TAGS:
+            heading = _PERMALINK.sub("", text)
+            anchors = ids.get(heading)
+            builder.heading(int(rend[1]), heading, n, anchors.pop(0) if anchors else None)
+        elif text:
+            builder.body(text, sep="\n\n")
+    drafts = builder.finish()
+    if not drafts:
+        return [], [SkippedInput(file=rel, line=0, reason="no text in the page's main content")]
+    return drafts, []
