@@ -19,6 +19,7 @@ from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import CapacitySnapshot, write_plan
 from residency.planning.run import index_closeness
 from residency.query_log import read_query_log
+from residency.routing import RoutingSettings
 from residency.serve.context import ContextBuilder
 from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
@@ -53,7 +54,13 @@ def _builders(
         assert len(plan.prefixes) == count
         path = tmp_path / f"plan-{name}.json"
         write_plan(plan, path)
-        settings = ServeSettings(plan=path, upstreams=("x",), log=None, retriever="bm25", hops=hops)
+        settings = ServeSettings(
+            plan=path,
+            upstreams=("x",),
+            log=None,
+            retriever="bm25",
+            routing=RoutingSettings(hops=hops),
+        )
         builders[name] = ContextBuilder(plan, index, settings)
     return builders, [e.query for e in log]
 

@@ -24,6 +24,7 @@ class Flag:
     envvar: str | None = None
     comma: bool = False  # a tuple given as one comma-separated value ("2000,8000")
     argument: bool = False  # positional, not an option
+    metavar: str | None = None  # what the help shows for the value ("qdrant URL|PATH")
 
     def __init__(
         self,
@@ -33,6 +34,7 @@ class Flag:
         envvar: str | None = None,
         comma: bool = False,
         argument: bool = False,
+        metavar: str | None = None,
     ) -> None:
         object.__setattr__(self, "decls", decls)
         object.__setattr__(self, "panel", panel)
@@ -40,6 +42,7 @@ class Flag:
         object.__setattr__(self, "envvar", envvar)
         object.__setattr__(self, "comma", comma)
         object.__setattr__(self, "argument", argument)
+        object.__setattr__(self, "metavar", metavar)
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,12 @@ without the hedge and 0.988 / 741 with margin 2; RAG-only top-5 adds 870.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Route = Literal["resident", "long_tail"]
 DEFAULT_K = 5
@@ -29,6 +32,68 @@ DEFAULT_MAX_DATED = 5
 # Retrieval hops: 2 adds one chunk found by searching with the best added chunk's own text
 # (opt-in: more sections visible, but SmolLM2's answers got worse with it; docs/plan.md).
 DEFAULT_HOPS = 1
+# Chunks ranked per question before routing (DESIGN.md §7: 20 -> 40 raised recall@10, 80 gave
+# nothing more).
+DEFAULT_PREFETCH = 40
+
+
+class RoutingSettings(BaseModel):
+    """How a question is routed: one model for the router (`residency serve`) and the coverage
+    evaluation (`residency eval coverage`), so the evaluation measures what is served."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    k: int = Field(
+        default=DEFAULT_K,
+        ge=0,
+        le=100,
+        description="Long-tail chunks added when the evidence is not resident.",
+    )
+    margin: int = Field(
+        default=DEFAULT_MARGIN,
+        ge=0,
+        le=100,
+        description="A long-tail chunk within this many ranks of a resident top hit is added.",
+    )
+    hedge: int = Field(
+        default=DEFAULT_HEDGE,
+        ge=0,
+        le=100,
+        description="Long-tail chunks added even on the resident route.",
+    )
+    hops: int = Field(
+        default=DEFAULT_HOPS,
+        ge=1,
+        le=2,
+        description="Retrieval hops. 2: also search with the best added chunk's text and add "
+        "the best chunk of a section not shown yet (questions that need two sections); 1: the "
+        "question's own ranking only.",
+    )
+    prefetch: int = Field(
+        default=DEFAULT_PREFETCH,
+        ge=1,
+        le=1000,
+        description="Chunks ranked per question before routing.",
+    )
+    today: dt.date | None = Field(
+        default=None,
+        description="Date a question's time expression resolves against (YYYY-MM-DD; default: "
+        "today): its dated sections are pinned whole.",
+    )
+    max_dated: int = Field(
+        default=DEFAULT_MAX_DATED,
+        ge=0,
+        le=50,
+        description="Dated sections pinned for a time expression (0: none).",
+    )
+
+    @model_validator(mode="after")
+    def _prefetch_covers_k(self) -> Self:
+        if self.prefetch < self.k:
+            raise ValueError(
+                f"--prefetch {self.prefetch} is below --k {self.k}: rank at least k chunks"
+            )
+        return self
 
 
 class ChunkHit(Protocol):

@@ -26,7 +26,7 @@ from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
 from residency.planning.prefix import render_passage
 from residency.query_log import LogEntry
-from residency.routing import DEFAULT_K, decide_route
+from residency.routing import DEFAULT_K, RoutingSettings, decide_route
 from residency.tokenizer import LocalTokenizer
 
 SECTIONS = {
@@ -734,8 +734,8 @@ def test_eval_and_router_pin_the_same_dated_sections(
     path = tmp_path / "plan.json"
     write_plan(plan, path)
     settings = ServeSettings(
-        plan=path, upstreams=("http://x",), log=None, retriever="bm25", today=today,
-        max_dated=max_dated,
+        plan=path, upstreams=("http://x",), log=None, retriever="bm25",
+        routing=RoutingSettings(today=today, max_dated=max_dated),
     )  # fmt: skip
     builder = ContextBuilder(plan, dated_index, settings)
     pinning = dated_pinning(dated_index, encoder, today, max_dated)

@@ -21,6 +21,7 @@ PACKAGE = ROOT / "residency"
 CROSS_CUTTING = frozenset(
     {
         "atomic",
+        "cpu_dtype",
         "errors",
         "flags",
         "launcher",

@@ -17,7 +17,7 @@ from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, write_plan
 from residency.query_log import LogEntry
-from residency.routing import second_hop
+from residency.routing import RoutingSettings, second_hop
 from residency.serve.context import ContextBuilder
 from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
@@ -129,14 +129,18 @@ def test_router_and_eval_add_the_same_chunks(
     path = tmp_path / "plan.json"
     write_plan(plan, path)
     settings = ServeSettings(
-        plan=path, upstreams=("http://x",), log=None, retriever="bm25", hops=hops, k=1, hedge=0
+        plan=path,
+        upstreams=("http://x",),
+        log=None,
+        retriever="bm25",
+        routing=RoutingSettings(hops=hops, k=1, hedge=0),
     )
     builder = ContextBuilder(plan, index, settings)
-    hop = SecondHop(index, settings.prefetch) if hops > 1 else None
+    hop = SecondHop(index, settings.routing.prefetch) if hops > 1 else None
     resident = frozenset(plan.resident_chunk_ids())
     for question in (RELATION, SIMPLE):
         routed = builder.retrieve(question.query)
-        hits = rank_queries(index, [question.query], settings.prefetch)[question.query]
+        hits = rank_queries(index, [question.query], settings.routing.prefetch)[question.query]
         first = (hits[0].id,)
         extra = hop.chunk(resident, first, ()) if hop else None
         assert routed.chunk_ids == (*first, *([extra] if extra else [])), question.query

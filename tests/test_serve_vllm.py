@@ -29,6 +29,7 @@ from residency.eval.coverage_runs import squad_corpus
 from residency.index import IndexOptions, build_index, open_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
 from residency.query_log import read_query_log
+from residency.routing import RoutingSettings
 from residency.serve.context import ContextBuilder, Retrieval
 from residency.serve.headers import parse_retrieved_header
 from residency.serve.prompt import assemble_messages
@@ -60,7 +61,7 @@ def builder_for(plan: Path, index_dir: Path, upstream: str) -> ContextBuilder:
     """The library's view of what the router does for a question (same settings)."""
     settings = ServeSettings(
         plan=plan, upstreams=(upstream,), log=None, retriever="bm25",
-        today=dt.date.fromisoformat(TODAY),
+        routing=RoutingSettings(today=dt.date.fromisoformat(TODAY)),
     )  # fmt: skip
     return ContextBuilder(read_plan(plan), open_index(index_dir), settings)
 

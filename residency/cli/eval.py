@@ -12,13 +12,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from residency.cli.output import echo_json
-from residency.cli.qdrant_options import QDRANT_SECTION, checked_qdrant, qdrant_backend
+from residency.cli.qdrant_options import checked_qdrant, qdrant_backend
 from residency.cli.spec import command
 from residency.errors import ConfigError
 from residency.eval.defaults import HISTORY_FILE, METRICS
 from residency.eval.retrieval_options import RetrievalEvalOptions
 from residency.flags import Flag
-from residency.retrieval.qdrant_schema import QdrantOptions
+from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 
 if TYPE_CHECKING:
     from residency.eval.retrieval import RetrievalEvalReport

@@ -11,10 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.options import SAMPLE_HELP
 from residency.cli.output import compact_table, echo_json
 from residency.cli.spec import command
-from residency.corpus.samples import DEFAULT_SAMPLE
+from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLE_HELP
 from residency.eval.answers.options import AnswerEvalOptions
 from residency.flags import Flag
 

@@ -3,138 +3,93 @@ every strategy on a SQuAD-style file (registered on the `residency eval` app).""
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.fields import bind, default_of, option_from
-from residency.cli.options import JsonOption
 from residency.cli.output import compact_table, echo_json, pct
+from residency.cli.spec import command
 from residency.errors import ConfigError
 from residency.eval.coverage_options import CoverageOptions, TrafficOptions
 from residency.eval.defaults import COVERAGE_CACHE
+from residency.flags import Flag
 
 if TYPE_CHECKING:
     from residency.eval.coverage_report import CoverageMetrics, CoverageReport, SeedStat
 
 
-def coverage(
-    plan: Annotated[
-        Path | None, typer.Option(help="Evaluate this plan.json (with --questions).")
-    ] = None,
-    questions: Annotated[
-        Path | None,
-        typer.Option(help="jsonl: query, relevant_ids (gold section ids), optional type and id."),
-    ] = None,
-    squad: Annotated[
-        Path | None,
-        typer.Option(
-            help="Simulate traffic over this SQuAD-style file and compare every strategy."
-        ),
-    ] = None,
-    budget_tokens: Annotated[int, option_from(CoverageOptions, "budget_tokens", "--budget")] = (
-        default_of(CoverageOptions, "budget_tokens")
-    ),
-    kv_cache_tokens: Annotated[
-        int | None, option_from(CoverageOptions, "kv_cache_tokens", show_default=False)
-    ] = default_of(CoverageOptions, "kv_cache_tokens"),
-    max_model_len: Annotated[
-        int | None, option_from(CoverageOptions, "max_model_len", show_default=False)
-    ] = default_of(CoverageOptions, "max_model_len"),
-    server: Annotated[
-        str | None, option_from(CoverageOptions, "server", show_default=False)
-    ] = default_of(CoverageOptions, "server"),
-    concurrency: Annotated[int, option_from(CoverageOptions, "concurrency")] = default_of(
-        CoverageOptions, "concurrency"
-    ),
-    zipf_s: Annotated[float, option_from(TrafficOptions, "zipf_s", "--zipf")] = default_of(
-        TrafficOptions, "zipf_s"
-    ),
-    log_size: Annotated[int, option_from(TrafficOptions, "log_size")] = default_of(
-        TrafficOptions, "log_size"
-    ),
-    eval_size: Annotated[int, option_from(TrafficOptions, "eval_size")] = default_of(
-        TrafficOptions, "eval_size"
-    ),
-    seed: Annotated[int, option_from(TrafficOptions, "seed")] = default_of(TrafficOptions, "seed"),
-    seeds: Annotated[int, option_from(CoverageOptions, "seeds")] = default_of(
-        CoverageOptions, "seeds"
-    ),
-    index_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Index to use: --plan: instead of the plan's own; --squad: build or reuse it "
-            "here (default: under --cache-dir)."
-        ),
-    ] = None,
-    dense: Annotated[
-        bool,
-        typer.Option(
-            "--dense", help="--squad: hybrid index (dense + BM25); embedding takes minutes."
-        ),
-    ] = False,
-    cache_dir: Annotated[
-        Path,
-        typer.Option(
-            help="--squad: where the imported corpus and its index are kept.",
-            show_default="CACHE/coverage",
-        ),
-    ] = COVERAGE_CACHE,
-    tokenizer_dir: Annotated[
-        Path | None,
-        typer.Option(help="--plan: tokenizer for added tokens (default: the plan's)."),
-    ] = None,
-    k: Annotated[int, option_from(CoverageOptions, "k", "--k")] = default_of(CoverageOptions, "k"),
-    margin: Annotated[int, option_from(CoverageOptions, "margin")] = default_of(
-        CoverageOptions, "margin"
-    ),
-    hedge: Annotated[int, option_from(CoverageOptions, "hedge")] = default_of(
-        CoverageOptions, "hedge"
-    ),
-    hops: Annotated[int, option_from(CoverageOptions, "hops")] = default_of(
-        CoverageOptions, "hops"
-    ),
-    prefetch: Annotated[int, option_from(CoverageOptions, "prefetch")] = default_of(
-        CoverageOptions, "prefetch"
-    ),
-    today: Annotated[
-        str | None,
-        typer.Option(help=CoverageOptions.model_fields["today"].description, show_default=False),
-    ] = None,
-    max_dated: Annotated[int, option_from(CoverageOptions, "max_dated")] = default_of(
-        CoverageOptions, "max_dated"
-    ),
-    json: JsonOption = False,
-) -> None:
+class CoverageArgs(BaseModel):
+    """`residency eval coverage`'s options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    plan: Path | None = Field(
+        default=None, description="Evaluate this plan.json (with --questions)."
+    )
+    questions: Path | None = Field(
+        default=None,
+        description="jsonl: query, relevant_ids (gold section ids), optional type and id.",
+    )
+    squad: Path | None = Field(
+        default=None,
+        description="Simulate traffic over this SQuAD-style file and compare every strategy.",
+    )
+    options: CoverageOptions = Field(
+        default_factory=CoverageOptions, description="The host, the budget and the routing."
+    )
+    traffic: TrafficOptions = Field(
+        default_factory=TrafficOptions, description="The simulated traffic (--squad)."
+    )
+    index_dir: Path | None = Field(
+        default=None,
+        description="Index to use: --plan: instead of the plan's own; --squad: build or reuse "
+        "it here (default: under --cache-dir).",
+    )
+    dense: bool = Field(
+        default=False, description="--squad: hybrid index (dense + BM25); embedding takes minutes."
+    )
+    cache_dir: Annotated[Path, Flag(show_default="CACHE/coverage")] = Field(
+        default=COVERAGE_CACHE,
+        description="--squad: where the imported corpus and its index are kept.",
+    )
+    tokenizer_dir: Path | None = Field(
+        default=None, description="--plan: tokenizer for added tokens (default: the plan's)."
+    )
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print one JSON object."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CoverageArgs:
+        if (self.plan is None) == (self.squad is None):
+            raise ValueError(
+                "pass either --plan PLAN.json --questions QA.jsonl (evaluate one plan) or "
+                "--squad FILE (simulate traffic and compare every strategy)"
+            )
+        if self.plan is not None and self.questions is None:
+            raise ValueError(f"--plan {self.plan} needs --questions QA.jsonl to evaluate on")
+        return self
+
+
+@command(CoverageArgs)
+def coverage(args: CoverageArgs) -> None:
     """Share of questions whose gold evidence is resident or routed in, and the tokens it costs."""
     from residency.cli.progress import BarProgress, progress_bar
     from residency.eval.coverage_runs import SimulationJob, evaluate_plan_file, run_simulations
 
-    try:
-        day = dt.date.fromisoformat(today) if today else None
-    except ValueError:
-        raise ConfigError(f"--today {today!r}: expected YYYY-MM-DD, e.g. 2026-01-15") from None
-    options = bind(CoverageOptions, locals(), today=day)
-    traffic = bind(TrafficOptions, locals())
-    if (plan is None) == (squad is None):
-        raise ConfigError(
-            "pass either --plan PLAN.json --questions QA.jsonl (evaluate one plan) or "
-            "--squad FILE (simulate traffic and compare every strategy)"
-        )
+    options, json, plan, squad = args.options, args.json_output, args.plan, args.squad
     bar = progress_bar(json)
     if plan is not None:
-        if questions is None:
-            raise ConfigError(f"--plan {plan} needs --questions QA.jsonl to evaluate on")
+        assert args.questions is not None
         with bar:
             report = evaluate_plan_file(
                 plan,
-                questions,
-                index_dir=index_dir,
-                tokenizer_dir=tokenizer_dir,
+                args.questions,
+                index_dir=args.index_dir,
+                tokenizer_dir=args.tokenizer_dir,
                 options=options,
                 progress=BarProgress(bar),
             )
@@ -145,10 +100,10 @@ def coverage(
         job = SimulationJob(
             squad_file=squad,
             options=options,
-            traffic=traffic,
-            index_dir=index_dir,
-            dense=dense,
-            cache_dir=cache_dir,
+            traffic=args.traffic,
+            index_dir=args.index_dir,
+            dense=args.dense,
+            cache_dir=args.cache_dir,
         )
         with bar:
             report = run_simulations(job, options.seeds, BarProgress(bar))

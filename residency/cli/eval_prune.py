@@ -11,10 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.options import SAMPLE_HELP
 from residency.cli.output import echo_json, pct
 from residency.cli.spec import command
-from residency.corpus.samples import DEFAULT_SAMPLE
+from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLE_HELP
 from residency.eval.defaults import COVERAGE_CACHE
 from residency.eval.prune_report import PruneEvalReport, PruneSample
 from residency.flags import Flag, Section

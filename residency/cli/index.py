@@ -7,17 +7,18 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 
-from residency.cli.fields import bind, default_of, option_from
-from residency.corpus.chunker_settings import ChunkerKind, ChunkerSettings
+from residency.cli.spec import command
 from residency.errors import ConfigError
+from residency.flags import Flag, Section
 from residency.index.options import IndexOptions, UploadOptions
-from residency.retrieval.qdrant_schema import QdrantOptions
+from residency.retrieval.qdrant_schema import QdrantCollectionRef, QdrantOptions
 
 if TYPE_CHECKING:
     from residency.index import IndexManifest
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from residency.tokenizer import ModelTokenizer
 
 _COUNT = "Token counts (pick one; neither: approximate, labelled 'approx')"
-_RETRIEVAL = "Retrieval"
-_CHUNKS = "Chunking"
 _UPLOAD = "Upload (--to qdrant)"
 
 
@@ -44,84 +43,57 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def index(
-    corpus_dir: Annotated[
-        Path,
-        typer.Argument(
-            help="Corpus root: .md, .pdf, .html, .docx (sections by heading), .txt (paragraphs), "
-            ".jsonl (records)."
-        ),
-    ],
-    output: Annotated[
-        Path,
-        typer.Option(
-            "--output", "-o", help="Index directory: created, or replaced atomically when done."
-        ),
-    ],
-    tokenizer_dir: Annotated[
-        Path | None,
-        typer.Option(help="Local model dir with tokenizer.json.", rich_help_panel=_COUNT),
-    ] = None,
-    server: Annotated[
-        str | None,
-        typer.Option(
-            help="URL of a running vLLM: count with its /tokenize.", rich_help_panel=_COUNT
-        ),
-    ] = None,
-    embedder: Annotated[
-        str, option_from(IndexOptions, "embedder", rich_help_panel=_RETRIEVAL)
-    ] = default_of(IndexOptions, "embedder"),
-    dense: Annotated[
-        bool, option_from(IndexOptions, "dense", "--dense/--no-dense", rich_help_panel=_RETRIEVAL)
-    ] = default_of(IndexOptions, "dense"),
-    sparse_tokenizer: Annotated[
-        str, option_from(IndexOptions, "sparse_tokenizer", rich_help_panel=_RETRIEVAL)
-    ] = default_of(IndexOptions, "sparse_tokenizer"),
-    kind: Annotated[
-        ChunkerKind, option_from(ChunkerSettings, "kind", "--chunker", rich_help_panel=_CHUNKS)
-    ] = default_of(ChunkerSettings, "kind"),
-    chunk_chars: Annotated[
-        int, option_from(ChunkerSettings, "chunk_chars", rich_help_panel=_CHUNKS)
-    ] = default_of(ChunkerSettings, "chunk_chars"),
-    chunk_overlap: Annotated[
-        int, option_from(ChunkerSettings, "chunk_overlap", rich_help_panel=_CHUNKS)
-    ] = default_of(ChunkerSettings, "chunk_overlap"),
-    strict: Annotated[bool, option_from(IndexOptions, "strict", "--strict")] = default_of(
-        IndexOptions, "strict"
-    ),
-    watch: Annotated[bool, option_from(IndexOptions, "watch", "--watch")] = default_of(
-        IndexOptions, "watch"
-    ),
-    json: Annotated[bool, typer.Option("--json", help="Print the manifest as JSON.")] = False,
+class IndexArgs(BaseModel):
+    """`residency index`'s argument and options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    corpus_dir: Annotated[Path, Flag(argument=True)] = Field(
+        description="Corpus root: .md, .pdf, .html, .docx (sections by heading), .txt "
+        "(paragraphs), .jsonl (records)."
+    )
+    output: Annotated[Path, Flag("--output", "-o")] = Field(
+        description="Index directory: created, or replaced atomically when done."
+    )
+    tokenizer_dir: Annotated[Path | None, Flag(panel=_COUNT)] = Field(
+        default=None, description="Local model dir with tokenizer.json."
+    )
+    server: Annotated[str | None, Flag(panel=_COUNT)] = Field(
+        default=None, description="URL of a running vLLM: count with its /tokenize."
+    )
+    options: IndexOptions = Field(default_factory=IndexOptions, description="What to build.")
+    json_output: Annotated[bool, Flag("--json")] = Field(
+        default=False, description="Print the manifest as JSON."
+    )
     to: Annotated[
-        tuple[str, str] | None,
-        typer.Option(
-            metavar="qdrant URL|PATH",
-            help="Then upload the index into a Qdrant collection (server URL or local "
-            "directory); re-running uploads only what changed.",
-            rich_help_panel=_UPLOAD,
-        ),
-    ] = None,
+        tuple[Literal["qdrant"], str] | None, Flag(metavar="qdrant URL|PATH", panel=_UPLOAD)
+    ] = Field(
+        default=None,
+        description="Then upload the index into a Qdrant collection (server URL or local "
+        "directory); re-running uploads only what changed.",
+    )
     collection: Annotated[
-        str | None, option_from(QdrantOptions, "collection", rich_help_panel=_UPLOAD)
-    ] = default_of(QdrantOptions, "collection"),
-    vector_name: Annotated[
-        str, option_from(UploadOptions, "vector_name", rich_help_panel=_UPLOAD)
-    ] = default_of(UploadOptions, "vector_name"),
-    batch_size: Annotated[
-        int, option_from(UploadOptions, "batch_size", rich_help_panel=_UPLOAD)
-    ] = default_of(UploadOptions, "batch_size"),
-    api_key: Annotated[
-        str | None,
-        option_from(
-            QdrantOptions,
-            "api_key",
-            "--qdrant-api-key",
-            envvar="QDRANT_API_KEY",
-            rich_help_panel=_UPLOAD,
+        QdrantCollectionRef,
+        Section(
+            panel=_UPLOAD,
+            flags={"api_key": Flag("--qdrant-api-key", envvar="QDRANT_API_KEY")},
         ),
-    ] = default_of(QdrantOptions, "api_key"),
-) -> None:
+    ] = Field(default_factory=QdrantCollectionRef, description="The collection uploaded into.")
+    upload: Annotated[UploadOptions, Section(panel=_UPLOAD)] = Field(
+        default_factory=UploadOptions, description="How the upload writes."
+    )
+
+    @model_validator(mode="after")
+    def _watch_is_local(self) -> IndexArgs:
+        if self.options.watch and self.to is not None:
+            raise ValueError(
+                "--watch re-indexes locally; upload with --to qdrant in a separate run"
+            )
+        return self
+
+
+@command(IndexArgs)
+def index(args: IndexArgs) -> None:
     """Index a corpus: sections, chunks, BM25 and dense vectors, with a manifest; optionally
     upload it into Qdrant (--to qdrant URL|PATH)."""
     from residency.cli.progress import BarProgress, progress_bar
@@ -130,14 +102,11 @@ def index(
     from residency.index.qdrant_upload import upload
     from residency.tokenizer import ServerTokenizer, open_tokenizer
 
-    uploading = bind(UploadOptions, locals())
-    if watch and to is not None:
-        raise ConfigError("--watch re-indexes locally; upload with --to qdrant in a separate run")
-    target = _upload_target(to, collection, uploading.vector_name, api_key, output)
-    # Only the chunk flags: --embedder is the index's dense embedder, not the chunker's.
-    chunking = {"kind": kind, "chunk_chars": chunk_chars, "chunk_overlap": chunk_overlap}
-    options = bind(IndexOptions, locals(), chunker=bind(ChunkerSettings, chunking))
-    counter = open_tokenizer(tokenizer_dir, server)
+    uploading, options, output, json = args.upload, args.options, args.output, args.json_output
+    corpus_dir = args.corpus_dir
+    ref = args.collection
+    target = _upload_target(args.to, ref.collection, uploading.vector_name, ref.api_key, output)
+    counter = open_tokenizer(args.tokenizer_dir, args.server)
     bar = progress_bar(json, transient=False, eta=True)
     try:
         with _sigterm_as_interrupt(), bar:

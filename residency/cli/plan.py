@@ -11,14 +11,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from residency.capacity.request import CapacityRequest
-from residency.cli.options import SAMPLE_HELP
 from residency.cli.output import echo_json
-from residency.cli.qdrant_options import QDRANT_SECTION, checked_qdrant, qdrant_backend
+from residency.cli.qdrant_options import checked_qdrant, qdrant_backend
 from residency.cli.spec import command, stated
-from residency.corpus.samples import DEFAULT_SAMPLE
+from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLE_HELP
 from residency.flags import Flag, Section
 from residency.planning.plan_model import PlanSettings
-from residency.retrieval.qdrant_schema import QdrantOptions
+from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 
 _PLAN = "Residency"
 _QDRANT = "Qdrant (--retriever qdrant)"

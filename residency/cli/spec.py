@@ -113,6 +113,10 @@ def _cli_type(annotation: Any) -> Any:
     origin = typing.get_origin(annotation)
     if origin is dict:
         return list[str]
+    if origin is tuple and Ellipsis not in typing.get_args(annotation):
+        # A fixed-length tuple: one option taking that many values (choices checked by the field).
+        items = [str if typing.get_origin(a) is Literal else a for a in typing.get_args(annotation)]
+        return types.GenericAlias(tuple, tuple(items))
     if origin in (tuple, list):
         args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
         item = args[0] if args else str
@@ -175,6 +179,7 @@ def _walk(
             envvar=flag.envvar,
             comma=flag.comma,
             argument=flag.argument,
+            metavar=flag.metavar,
         )
         default = _default_of(info, parent_default, name)
         annotation = _cli_type(info.annotation)
@@ -184,8 +189,10 @@ def _walk(
         if default is ... and optional_parent is not None:
             default = None  # the whole optional model is absent until this is given
             annotation = annotation | None
+        longs = [d for decl in flag.decls for d in decl.split("/") if d.startswith("--")]
+        param = longs[0].removeprefix("--").replace("-", "_") if longs else name
         yield Leaf(
-            here, name, info, model, annotation, default, flag, optional_parent, info.is_required()
+            here, param, info, model, annotation, default, flag, optional_parent, info.is_required()
         )
 
 
@@ -208,6 +215,8 @@ def _option(leaf: Leaf) -> Any:
     extra: dict[str, Any] = {}
     if leaf.flag.envvar:
         extra["envvar"] = leaf.flag.envvar
+    if leaf.flag.metavar:
+        extra["metavar"] = leaf.flag.metavar
     decls = leaf.flag.decls
     help_ = help_text(leaf.field.description, flags or [flag_of(leaf.param)])
     if leaf.flag.argument:

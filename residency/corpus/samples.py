@@ -62,3 +62,9 @@ def get_sample(name: str) -> SampleCorpus:
         raise ConfigError(
             f"--sample {name!r}: no such sample corpus; known: {', '.join(SAMPLES)}"
         ) from None
+
+
+SAMPLE_HELP = (
+    f"Built-in sample corpus used when no --index is given: {', '.join(SAMPLES)} (its English "
+    "twin, for English-first models)."
+)

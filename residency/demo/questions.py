@@ -15,6 +15,7 @@ from residency.eval.questions import load_questions
 from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan
 from residency.query_log import read_query_log
+from residency.routing import RoutingSettings
 from residency.serve.context import ContextBuilder
 from residency.serve.headers import PREFIX_HEADER, read_route_headers
 from residency.serve.settings import ServeSettings
@@ -69,7 +70,11 @@ def router_routes(
     """The route the demo's router (BM25, --today) will give a question, computed here by the
     same ContextBuilder."""
     settings = ServeSettings(
-        plan=plan_path, upstreams=(upstream,), log=None, retriever="bm25", today=today
+        plan=plan_path,
+        upstreams=(upstream,),
+        log=None,
+        retriever="bm25",
+        routing=RoutingSettings(today=today),
     )
     builder = ContextBuilder(plan, open_index(index_dir), settings)
     return lambda question: builder.retrieve(question).route

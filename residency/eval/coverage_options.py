@@ -4,23 +4,13 @@ built from these fields without importing the simulation."""
 
 from __future__ import annotations
 
-import datetime as dt
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from residency.eval.defaults import (
-    DEFAULT_EVAL_SIZE,
-    DEFAULT_LOG_SIZE,
-    DEFAULT_PREFETCH,
-    DEFAULT_ZIPF_S,
-)
-from residency.routing import (
-    DEFAULT_HEDGE,
-    DEFAULT_HOPS,
-    DEFAULT_K,
-    DEFAULT_MARGIN,
-    DEFAULT_MAX_DATED,
-)
+from residency.eval.defaults import DEFAULT_EVAL_SIZE, DEFAULT_LOG_SIZE, DEFAULT_ZIPF_S
+from residency.flags import Flag, Section
+from residency.routing import RoutingSettings
 
 DEFAULT_BUDGET_TOKENS = 30000
 
@@ -30,7 +20,7 @@ class TrafficOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    zipf_s: float = Field(
+    zipf_s: Annotated[float, Flag("--zipf")] = Field(
         default=DEFAULT_ZIPF_S,
         gt=0,
         le=10,
@@ -62,13 +52,13 @@ class CoverageOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    budget_tokens: int = Field(
+    budget_tokens: Annotated[int, Flag("--budget")] = Field(
         default=DEFAULT_BUDGET_TOKENS,
         ge=1,
         le=10**9,
         description="Resident budget in tokens for every strategy (--squad).",
     )
-    kv_cache_tokens: int | None = Field(
+    kv_cache_tokens: Annotated[int | None, Flag(show_default=False)] = Field(
         default=None,
         ge=1,
         le=10**10,
@@ -76,10 +66,10 @@ class CoverageOptions(BaseModel):
         "--max-model-len): adds the rows single-prefix and residency (several prefixes, as "
         "served).",
     )
-    max_model_len: int | None = Field(
+    max_model_len: Annotated[int | None, Flag(show_default=False)] = Field(
         default=None, ge=1, le=10**8, description="--squad: the modelled host's max_model_len."
     )
-    server: str | None = Field(
+    server: Annotated[str | None, Flag(show_default=False)] = Field(
         default=None,
         min_length=1,
         max_length=4096,
@@ -100,54 +90,13 @@ class CoverageOptions(BaseModel):
         description="--squad: run this many traffic seeds (--seed, --seed + 1, ...) and report "
         "each row's mean and sd.",
     )
-    k: int = Field(
-        default=DEFAULT_K, ge=1, le=100, description="Long-tail chunks added per question."
-    )
-    margin: int = Field(
-        default=DEFAULT_MARGIN,
-        ge=0,
-        le=100,
-        description="Routing margin: long-tail ranks tolerated behind a resident top.",
-    )
-    hedge: int = Field(
-        default=DEFAULT_HEDGE,
-        ge=0,
-        le=100,
-        description="Non-resident chunks the resident route still adds (insurance).",
-    )
-    hops: int = Field(
-        default=DEFAULT_HOPS,
-        ge=1,
-        le=2,
-        description="Retrieval hops, as `residency serve --hops` (2: one more chunk found with "
-        "the best added chunk's text; plain RAG rows stay one hop).",
-    )
-    prefetch: int = Field(
-        default=DEFAULT_PREFETCH,
-        ge=1,
-        le=1000,
-        description="Chunks ranked per question before routing.",
-    )
-    today: dt.date | None = Field(
-        default=None,
-        description="Date a question's time expression resolves against, as `residency serve "
-        "--today` (YYYY-MM-DD; default: today): its dated sections are pinned whole, as the "
-        "router pins them.",
-    )
-    max_dated: int = Field(
-        default=DEFAULT_MAX_DATED,
-        ge=0,
-        le=50,
-        description="Dated sections pinned for a time expression (0: none), as `residency "
-        "serve --max-dated`.",
+    routing: Annotated[RoutingSettings, Section(panel="Routing (as `residency serve`)")] = Field(
+        default_factory=RoutingSettings,
+        description="The router's routing: every row but plain RAG is evaluated with it.",
     )
 
     @model_validator(mode="after")
     def _together(self) -> CoverageOptions:
-        if self.prefetch < self.k:
-            raise ValueError(
-                f"--prefetch {self.prefetch} is below --k {self.k}: rank at least k chunks"
-            )
         if self.server is not None and (self.kv_cache_tokens or self.max_model_len):
             raise ValueError(
                 f"--server {self.server} describes the host: drop --kv-cache-tokens and "

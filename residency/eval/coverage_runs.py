@@ -107,17 +107,17 @@ def evaluate_plan_file(
     return evaluate_coverage(
         index,
         questions,
-        [ResidentSet.from_plan(plan, route.k)],
+        [ResidentSet.from_plan(plan, route.routing.k)],
         encoder,
         source=str(questions_path),
-        margin=route.margin,
-        hedge=route.hedge,
-        prefetch=route.prefetch,
+        margin=route.routing.margin,
+        hedge=route.routing.hedge,
+        prefetch=route.routing.prefetch,
         notes=notes,
         progress=progress.advance if progress else None,
-        today=route.today,
-        max_dated=route.max_dated,
-        hops=route.hops,
+        today=route.routing.today,
+        max_dated=route.routing.max_dated,
+        hops=route.routing.hops,
     )
 
 
@@ -253,11 +253,11 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         )
         plans[strategy] = build_plan(index, mass, capacity, encoder, options)
         progress.advance(1)
-    rag_ks = sorted({*RAG_BASELINE_KS, opts.k})  # RAG at the router's k too: equal k
+    rag_ks = sorted({*RAG_BASELINE_KS, opts.routing.k})  # RAG at the router's k too: equal k
     rows = [ResidentSet.from_plan(plans["rag"], k) for k in rag_ks]
     for s in PLANNED:
         if s != "random":
-            rows.append(ResidentSet.from_plan(plans[s], opts.k))
+            rows.append(ResidentSet.from_plan(plans[s], opts.routing.k))
             continue
         for draw in range(RANDOM_DRAWS):  # random residency: the mean of several draws
             options = PlanOptions(
@@ -268,11 +268,11 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
                 log_summary=summary,
             )
             drawn = build_plan(index, mass, capacity, encoder, options)
-            rows.append(ResidentSet.from_plan(drawn, opts.k, name=f"random#{draw}"))
+            rows.append(ResidentSet.from_plan(drawn, opts.routing.k, name=f"random#{draw}"))
     if host is not None:
         options = PlanOptions(depth=job.depth, prior_weight=job.prior_weight, log_summary=summary)
         single = build_plan(index, mass, host, encoder, options)
-        rows.append(ResidentSet.from_plan(single, opts.k, name="single-prefix"))
+        rows.append(ResidentSet.from_plan(single, opts.routing.k, name="single-prefix"))
         memo: dict[str, list[str]] = {}
 
         def search(query: str, n: int) -> list[str]:
@@ -282,7 +282,7 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
 
         affinity = merge_affinity(co_asked(traffic.log, search, job.depth), index_closeness(index))
         served = build_prefix_plan(index, mass, affinity, host, encoder, options)
-        rows.append(ResidentSet.from_plan(served, opts.k, name="residency"))
+        rows.append(ResidentSet.from_plan(served, opts.routing.k, name="residency"))
     retrieval = "hybrid (dense + BM25)" if job.dense else "BM25-only (pass --dense for hybrid)"
     notes = [
         f"index {'reused' if reused else 'built'}: {index.directory}; retrieval {retrieval}",
@@ -297,16 +297,16 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         rows,
         encoder,
         source=f"simulated from {job.squad_file}",
-        margin=opts.margin,
-        hedge=opts.hedge,
-        prefetch=opts.prefetch,
+        margin=opts.routing.margin,
+        hedge=opts.routing.hedge,
+        prefetch=opts.routing.prefetch,
         budget_tokens=opts.budget_tokens,
         simulation=traffic.stats,
         notes=notes,
         progress=progress.advance,
-        today=opts.today,
-        max_dated=opts.max_dated,
-        hops=opts.hops,
+        today=opts.routing.today,
+        max_dated=opts.routing.max_dated,
+        hops=opts.routing.hops,
     )
     draws = [r for r in report.results if r.name.startswith("random#")]
     merged: list[StrategyResult] = []

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from residency.errors import BackendError, ConfigError
+from residency.flags import Flag, Section
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -45,18 +46,12 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
 Fusion = Literal["rrf", "qdrant-rrf"]
 
 
-class QdrantOptions(BaseModel):
-    """Where the collection lives and how to query it (--qdrant, --collection, ...)."""
+class QdrantCollectionRef(BaseModel):
+    """Which collection, and the key to reach it (the part of `QdrantOptions` an upload names
+    beside its own location)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    location: str = Field(
-        min_length=1,
-        max_length=4096,
-        description="--qdrant: where the collection is: a Qdrant server's URL "
-        "(http://host:6333), a local directory (qdrant-client's embedded mode, one process at a "
-        "time) or ':memory:'.",
-    )
     collection: str | None = Field(
         default=None,
         max_length=255,
@@ -64,6 +59,18 @@ class QdrantOptions(BaseModel):
     )
     api_key: str | None = Field(
         default=None, description="--qdrant-api-key: the Qdrant server's API key."
+    )
+
+
+class QdrantOptions(QdrantCollectionRef):
+    """Where the collection lives and how to query it (--qdrant, --collection, ...)."""
+
+    location: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="--qdrant: where the collection is: a Qdrant server's URL "
+        "(http://host:6333), a local directory (qdrant-client's embedded mode, one process at a "
+        "time) or ':memory:'.",
     )
     fusion: Fusion = Field(
         default="rrf",
@@ -77,6 +84,20 @@ class QdrantOptions(BaseModel):
     def is_server(self) -> bool:
         """True for an http(s) URL, False for embedded (local) mode."""
         return self.location.startswith(("http://", "https://"))
+
+
+# QdrantOptions as options: --qdrant (the location: the whole model is absent without it),
+# --collection, --qdrant-api-key ($QDRANT_API_KEY), --qdrant-fusion.
+QDRANT_SECTION = Section(
+    panel="Qdrant (--retriever qdrant)",
+    flags={
+        "location": Flag("--qdrant"),
+        "collection": Flag("--collection"),
+        "api_key": Flag("--qdrant-api-key", envvar="QDRANT_API_KEY"),
+        "fusion": Flag("--qdrant-fusion"),
+    },
+    skip=frozenset({"prefetch", "timeout_s"}),
+)
 
 
 class DenseVectorRecord(BaseModel):

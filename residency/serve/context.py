@@ -106,7 +106,7 @@ class ContextBuilder:
     def retrieve(self, question: str, today: dt.date | None = None) -> Retrieval:
         """Retrieve, route and pin dated sections (CPU-bound: run it off the event loop)."""
         started = time.perf_counter()
-        s = self.settings
+        s = self.settings.routing
         hits: Sequence[ChunkHit] = self._retriever.search(question, max(s.prefetch, s.k + 1))
         prefix = choose_prefix(hits, self._prefix_of, self.default_prefix)
         decision = decide_route(
@@ -138,7 +138,7 @@ class ContextBuilder:
     def _rank_chunk_text(self, chunk_id: str) -> tuple[ChunkHit, ...]:
         """The ranking of one chunk's own text (the second hop's query)."""
         text = self.index.chunk(chunk_id).text
-        return tuple(self._retriever.search(text, self.settings.prefetch))
+        return tuple(self._retriever.search(text, self.settings.routing.prefetch))
 
     def prefix_text(self, prefix_id: str) -> str:
         """The exact system-message text of one resident prefix."""

@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import ipaddress
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from residency.retrieval.qdrant_schema import QdrantOptions
-from residency.routing import (
-    DEFAULT_HEDGE,
-    DEFAULT_HOPS,
-    DEFAULT_K,
-    DEFAULT_MARGIN,
-    DEFAULT_MAX_DATED,
-)
+from residency.flags import Flag, Section
+from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
+from residency.routing import RoutingSettings
 from residency.serve.pruner_settings import PrunerSettings
 
 RetrieverName = Literal["hybrid", "bm25", "dense", "qdrant"]
 # --watch-plan polls plan.json's mtime and size this often (its sha256 only when they change).
 WATCH_PLAN_INTERVAL_S = 2.0
 DEFAULT_UPSTREAM = "http://127.0.0.1:8000"
+ROUTE = "Routing"
+NET = "Network"
+PRUNE = "Pruner (off without --pruner-url)"
+SAFE = "Limits and safety"
 
 
 class RequestLimits(BaseModel):
@@ -63,13 +61,13 @@ class RequestLimits(BaseModel):
     max_headers: int = Field(
         default=256, ge=8, le=10_000, description="Header fields in one request (431 beyond)."
     )
-    header_timeout_s: float = Field(
+    header_timeout_s: Annotated[float, Flag("--header-timeout")] = Field(
         default=10.0,
         gt=0,
         le=3600,
         description="Seconds a connection may take to send its request line and headers.",
     )
-    body_timeout_s: float = Field(
+    body_timeout_s: Annotated[float, Flag("--body-timeout")] = Field(
         default=30.0, gt=0, le=3600, description="Seconds a request body may take (408 beyond)."
     )
 
@@ -83,81 +81,60 @@ class ServeSettings(BaseModel):
     index: Path | None = Field(
         default=None, description="Index directory (default: the one the plan names)."
     )
-    upstreams: tuple[str, ...] = Field(
+    upstreams: Annotated[tuple[str, ...], Flag("--upstream")] = Field(
         default=(DEFAULT_UPSTREAM,),
         min_length=1,
         max_length=64,
         description="vLLM base URL (repeatable; balanced by least outstanding requests).",
     )
-    host: str = Field(
+    host: Annotated[str, Flag(panel=NET)] = Field(
         default="127.0.0.1",
         min_length=1,
         description="Address to bind; beyond loopback needs --api-key.",
     )
-    port: int = Field(
+    port: Annotated[int, Flag(panel=NET)] = Field(
         default=8100, ge=0, le=65535, description="Port to listen on (0: pick a free one)."
     )
-    api_key: str | None = Field(
+    api_key: Annotated[str | None, Flag(envvar="RESIDENCY_API_KEY", panel=NET)] = Field(
         default=None,
         min_length=8,
         validate_default=True,
         description="Bearer token clients must send (all paths but /health).",
     )
-    upstream_api_key: str | None = Field(
+    upstream_api_key: Annotated[str | None, Flag(envvar="VLLM_API_KEY", panel=NET)] = Field(
         default=None, description="Bearer token for the upstreams (vLLM --api-key)."
     )
     log: Path | None = Field(
+        default=None,
         description="Query log appended per request, what `residency plan --log` reads "
-        "(default: query-log.jsonl beside the plan)."
+        "(default: query-log.jsonl beside --plan; --no-log: none).",
     )
-    k: int = Field(
-        default=DEFAULT_K,
-        ge=0,
-        le=100,
-        description="Long-tail chunks added when the evidence is not resident.",
+    routing: Annotated[RoutingSettings, Section(panel=ROUTE)] = Field(
+        default_factory=RoutingSettings, description="How a question is routed."
     )
-    margin: int = Field(
-        default=DEFAULT_MARGIN,
-        ge=0,
-        le=100,
-        description="A long-tail chunk within this many ranks of a resident top hit is added.",
-    )
-    hedge: int = Field(
-        default=DEFAULT_HEDGE,
-        ge=0,
-        le=100,
-        description="Long-tail chunks added even on the resident route.",
-    )
-    hops: int = Field(
-        default=DEFAULT_HOPS,
-        ge=1,
-        le=2,
-        description="Retrieval hops. 2: also search with the best added chunk's text and add "
-        "the best chunk of a section not shown yet (questions that need two sections); 1: the "
-        "question's own ranking only.",
-    )
-    retriever: RetrieverName = Field(
+    retriever: Annotated[RetrieverName, Flag(panel=ROUTE)] = Field(
         default="hybrid",
         description="hybrid (dense + BM25, fused), bm25, dense (in process), or qdrant (the "
         "same fusion over the index's Qdrant collection, see --qdrant).",
     )
-    qdrant: QdrantOptions | None = Field(
+    qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (with --retriever qdrant)."
     )
-    prefetch: int = Field(default=40, ge=1, le=1000, description="Chunks fetched before routing.")
-    today: dt.date | None = Field(
-        default=None,
-        description="Date time expressions resolve against (YYYY-MM-DD; default: today).",
-    )
-    max_dated: int = Field(
-        default=DEFAULT_MAX_DATED,
-        ge=0,
-        le=50,
-        description="Dated sections pinned for a time expression.",
-    )
-    pruner: PrunerSettings | None = Field(
-        default=None, description="The listwise pruner stage (None: off)."
-    )
+    pruner: Annotated[
+        PrunerSettings | None,
+        Section(
+            panel=PRUNE,
+            flags={
+                "url": Flag("--pruner-url"),
+                "model": Flag("--pruner-model"),
+                "threshold": Flag("--prune-threshold"),
+                "keep_top_k": Flag("--prune-keep-top-k"),
+                "timeout_s": Flag("--pruner-timeout"),
+            },
+            # The pruner's own token stays unset: --api-key is what clients send the router.
+            skip=frozenset({"api_key", "max_tokens", "language"}),
+        ),
+    ] = Field(default=None, description="The listwise pruner stage (None: off).")
     warm: bool = Field(
         default=True, description="Warm each upstream with the plan's prefix as it joins."
     )
@@ -166,32 +143,32 @@ class ServeSettings(BaseModel):
         description="Touch a prefix no question has used while the others' traffic allocated "
         "half the plan's headroom, before vLLM's LRU evicts it (plans with several prefixes).",
     )
-    watch_plan: bool = Field(
+    watch_plan: Annotated[bool, Flag("--watch-plan")] = Field(
         default=False,
         description=f"Reload --plan when its content changes (checked every "
         f"{WATCH_PLAN_INTERVAL_S:g} s), as SIGHUP does.",
     )
-    health_interval_s: float = Field(
+    health_interval_s: Annotated[float, Flag("--health-interval")] = Field(
         default=5.0, gt=0, le=3600, description="Seconds between upstream health checks."
     )
-    request_timeout_s: float = Field(
+    request_timeout_s: Annotated[float, Flag("--request-timeout")] = Field(
         default=600.0, gt=0, description="Seconds one upstream request may take."
     )
-    limits: RequestLimits = Field(
+    limits: Annotated[RequestLimits, Section(panel=SAFE)] = Field(
         default_factory=lambda: RequestLimits(), description="What one request may cost."
     )
-    allow_origins: tuple[str, ...] = Field(
+    allow_origins: Annotated[tuple[str, ...], Flag("--allow-origin", panel=SAFE)] = Field(
         default=(),
         max_length=64,
         description="Browser origin let in, e.g. https://app.example (repeatable; requests "
         "carrying any other Origin get 403).",
     )
-    allow_hosts: tuple[str, ...] = Field(
+    allow_hosts: Annotated[tuple[str, ...], Flag("--allow-host", panel=SAFE)] = Field(
         default=(),
         max_length=64,
         description="Host header name accepted besides --host (repeatable; e.g. behind a proxy).",
     )
-    allow_prompt_readback: bool = Field(
+    allow_prompt_readback: Annotated[bool, Flag(panel=SAFE)] = Field(
         default=False,
         description="Pass echo, prompt_logprobs, return_token_ids and return_tokens_as_token_ids "
         "on: they return the hidden prompt (prefix and retrieved passages).",
