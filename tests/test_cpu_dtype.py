@@ -10,7 +10,7 @@ import pytest
 
 from planner import CacheSettings, build_kv_layout
 from residency.capacity.profiles import resolve_model
-from residency.capacity.report import _server_dtype
+from residency.capacity.server import infer_settings
 from residency.cpu_dtype import choose_cpu_dtype, same_tokens_gib, with_dtype
 
 # /proc/cpuinfo of the kinds of 2-core cloud VM seen (flags abridged).
@@ -81,20 +81,35 @@ def test_float32_gets_twice_the_space_for_the_same_tokens() -> None:
 
 
 @pytest.mark.parametrize("served", ["bfloat16", "float32"])
-def test_the_planner_reads_the_servers_dtype_from_its_block_count(
-    tmp_path: Path, served: str
+@pytest.mark.parametrize("platform", ["cpu", "cuda"])
+def test_the_planner_reads_the_servers_dtype_and_platform_from_its_numbers(
+    tmp_path: Path, served: str, platform: str
 ) -> None:
-    # 30 layers x 3 KV heads x (64 + 64) x dtype bytes per token, 128-token blocks: a server in
-    # float32 holds 364 blocks in 2 GiB, one in bfloat16 728; the count names the dtype.
+    # 30 layers x 3 KV heads x (64 + 64) x dtype bytes per token. A CPU server's blocks hold 128
+    # tokens, a GPU's 16: in 2 GiB a float32 CPU server holds 364 blocks, a bfloat16 one 728.
+    # The block size names the platform and the count the dtype.
     config = tmp_path / "config.json"
     config.write_text(json.dumps(SMOLLM2_CONFIG))
     model = resolve_model(str(config))
-    settings = CacheSettings(platform="cpu", max_model_len=8192)
+    start = CacheSettings(platform="cuda", max_model_len=8192)  # the CLI's default platform
     kv_bytes = 2 << 30
-    layout = build_kv_layout(model.spec, settings.model_copy(update={"dtype": served}))
+    truth = start.model_copy(update={"dtype": served, "platform": platform})
+    layout = build_kv_layout(model.spec, truth)
     blocks = kv_bytes // layout.bytes_per_block
-    assert blocks == {"bfloat16": 728, "float32": 364}[served]
-    resolved = _server_dtype(model, settings, kv_bytes, blocks)
-    assert build_kv_layout(model.spec, resolved).model_dtype == served
+    block = {"cpu": 128, "cuda": 16}[platform]
+    per_token = 30 * 3 * (64 + 64) * {"bfloat16": 2, "float32": 4}[served]
+    assert (layout.block_size, blocks) == (block, kv_bytes // (block * per_token))
+    assert platform == "cuda" or blocks == {"bfloat16": 728, "float32": 364}[served]
+    found, ok = infer_settings(model, start, frozenset(), layout.block_size, kv_bytes, blocks)
+    assert ok
+    found_layout = build_kv_layout(model.spec, found)
+    assert (found.platform, found_layout.model_dtype) == (platform, served)
     # A count no dtype explains leaves the settings alone (the comparison shows the difference).
-    assert _server_dtype(model, settings, kv_bytes, blocks + 1) == settings
+    same, ok = infer_settings(model, start, frozenset(), layout.block_size, kv_bytes, blocks + 1)
+    assert (same, ok) == (start, False)
+    # A stated platform is kept: it cannot be explained away.
+    stated = frozenset({"cache.platform"})
+    other = "cuda" if platform == "cpu" else "cpu"
+    fixed = start.model_copy(update={"platform": other})
+    kept, ok = infer_settings(model, fixed, stated, layout.block_size, kv_bytes, blocks)
+    assert (kept.platform, ok) == (other, False)
