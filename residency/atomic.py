@@ -20,12 +20,52 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from residency.errors import ConfigError
+
 _BUILD_MARK = ".building-"
 _OLD_MARK = ".replaced-"
 
 
+def check_output_file(path: Path, flag: str = "--output") -> None:
+    """ConfigError in one line when `path` cannot be written as a file: it names a directory,
+    or its directory is missing or not writable. Checked before the work that produces it, so a
+    mistake costs nothing and the previous file stays."""
+    if path.is_dir():
+        raise ConfigError(
+            f"{flag} {path} is a directory; name a file in it, e.g. {path / 'plan.json'}"
+        )
+    _check_parent(path, flag)
+
+
+def check_output_dir(path: Path, flag: str = "--output") -> None:
+    """ConfigError in one line when a directory artefact (an index, built beside `path` and
+    swapped in) cannot be written there: `path` is a file, or its parent is missing or not
+    writable."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {path} is a file; name a directory (it is created)")
+    _check_parent(path, flag)
+
+
+def _check_parent(path: Path, flag: str) -> None:
+    shown = f"{flag} {path}"
+    parent = path.parent
+    if not parent.exists():
+        raise ConfigError(
+            f"{shown}: the directory {parent} does not exist; create it (mkdir -p {parent}) or "
+            f"choose another {flag}"
+        )
+    if not parent.is_dir():
+        raise ConfigError(f"{shown}: {parent} is not a directory; choose another {flag}")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{shown}: cannot write in {parent} (permission denied); choose another {flag}"
+        )
+
+
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temp file in the same directory and a rename."""
+    """Write `data` to `path` through a temp file in the same directory and a rename; an
+    OSError (a missing or read-only directory, a full disk) is one ConfigError naming the path,
+    and `path` is left as it was."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         with tmp.open("wb") as f:
@@ -33,6 +73,11 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(
+            f"{path}: cannot write it ({exc.strerror or exc}); nothing was changed"
+        ) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

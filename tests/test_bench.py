@@ -29,21 +29,12 @@ QUESTIONS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "qa
 BLOCK = 128  # the dense tiny model's block size on the CPU backend
 LENGTHS = (1000, 4000)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-# The command is registered by residency/cli/__init__.py; registering it here as well keeps this
-# test independent of that wiring while going through the same error-mapping `main()`.
-_CLI = (
-    "from residency.cli import app, main\n"
-    "from residency.cli.bench import bench\n"
-    "if 'bench' not in {c.name for c in app.registered_commands}:\n"
-    "    app.command('bench')(bench)\n"
-    "main()\n"
-)
 
 
 def run_bench_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """`residency bench ARGS` through the CLI's own entry point."""
     return subprocess.run(
-        [sys.executable, "-c", _CLI, "bench", *args],
+        [sys.executable, "-m", "residency", "bench", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

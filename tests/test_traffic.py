@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from residency.cli.fields import bind
+from residency.cli.spec import build, spec_of
 from residency.errors import ConfigError
 from residency.eval.coverage_options import TrafficOptions
 from residency.eval.questions import Question
@@ -131,8 +131,8 @@ def test_top_paragraph_frequency_follows_zipf_at_large_n() -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        pytest.param({"zipf_s": 0.0}, "^--zipf-s: .*greater than 0", id="zipf-zero"),
-        pytest.param({"zipf_s": -1.1}, "^--zipf-s: .*greater than 0", id="zipf-negative"),
+        pytest.param({"zipf": 0.0}, "^--zipf: .*greater than 0", id="zipf-zero"),
+        pytest.param({"zipf": -1.1}, "^--zipf: .*greater than 0", id="zipf-negative"),
         pytest.param({"log_size": 0}, "^--log-size: .*greater than or equal to 1", id="log-size"),
         pytest.param(
             {"eval_size": 0}, "^--eval-size: .*greater than or equal to 1", id="eval-size"
@@ -142,7 +142,7 @@ def test_top_paragraph_frequency_follows_zipf_at_large_n() -> None:
 )
 def test_bad_options_name_the_flag(params: dict[str, float], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        bind(TrafficOptions, params)
+        build(spec_of(TrafficOptions), params)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 
+from residency.atomic import check_output_file
 from residency.bench.options import BenchOptions
 from residency.cli.spec import command
 from residency.flags import Flag, Section
@@ -61,6 +62,8 @@ def bench(args: BenchArgs) -> None:
     from residency.planning.plan_model import read_plan
 
     options, questions, plot, json = args.options, args.questions, args.plot, args.json_output
+    if plot is not None:
+        check_output_file(plot, "--plot")
     residency_plan = read_plan(args.plan) if args.plan is not None else None
     err = Console(stderr=True, soft_wrap=True)
     with Progress(console=err, transient=True, disable=json) as bar:

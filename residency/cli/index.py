@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 
+from residency.atomic import check_output_dir
 from residency.cli.spec import command
 from residency.errors import ConfigError
 from residency.flags import Flag, Section
@@ -104,6 +105,7 @@ def index(args: IndexArgs) -> None:
 
     uploading, options, output, json = args.upload, args.options, args.output, args.json_output
     corpus_dir = args.corpus_dir
+    check_output_dir(output)
     ref = args.collection
     target = _upload_target(args.to, ref.collection, uploading.vector_name, ref.api_key, output)
     counter = open_tokenizer(args.tokenizer_dir, args.server)

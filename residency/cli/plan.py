@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.markup import escape
 
+from residency.atomic import check_output_file
 from residency.capacity.request import CapacityRequest
 from residency.cli.output import echo_json
 from residency.cli.qdrant_options import checked_qdrant, qdrant_backend
@@ -97,6 +98,8 @@ def plan(args: PlanArgs) -> None:
     from residency.planning.plan_model import write_plan
     from residency.planning.run import PlanJob, run_plan
 
+    if not args.capacity_only:
+        check_output_file(args.output)  # before minutes of planning, not after
     given = frozenset(p.removeprefix("request.") for p in stated() if p.startswith("request."))
     request, json = args.request.model_copy(update={"stated": given}), args.json_output
     if args.capacity_only:

@@ -38,7 +38,13 @@ from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.grouping import co_asked, merge_affinity
 from residency.planning.multi import build_prefix_plan
-from residency.planning.plan_model import CapacitySnapshot, LogSummary, Strategy, read_plan
+from residency.planning.plan_model import (
+    CapacitySnapshot,
+    LogSummary,
+    Strategy,
+    plan_index_dir,
+    read_plan,
+)
 from residency.planning.run import CACHE_DIR, DATA_ROOT, index_closeness
 from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
@@ -83,7 +89,7 @@ def evaluate_plan_file(
     if not questions_path.is_file():
         raise ConfigError(f"--questions {questions_path}: no such file")
     plan = read_plan(plan_path)
-    directory = index_dir or Path(plan.index_dir)
+    directory = index_dir or plan_index_dir(plan, plan_path)
     index = open_index(directory)
     if index.manifest.corpus_hash != plan.corpus_hash:
         raise ConfigError(

@@ -164,11 +164,26 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 def read_jsonl(path: Path, model: type[_M]) -> list[_M]:
-    """Every line of an index jsonl file as `model`; ConfigError if unreadable."""
+    """Every line of an index jsonl file as `model`; one ConfigError line (the file, the line
+    and what is wrong) if it is missing or torn."""
+    rebuild = "rebuild the index with `residency index`"
     try:
-        return [model.model_validate_json(line) for line in path.read_bytes().splitlines() if line]
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path} cannot be read ({exc}); rebuild the index") from None
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read ({exc.strerror or exc}); {rebuild}") from None
+    out: list[_M] = []
+    for number, line in enumerate(lines, 1):
+        if not line:
+            continue
+        try:
+            out.append(model.model_validate_json(line))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "the line"
+            raise ConfigError(
+                f"{path}:{number}: {where}: {err['msg']} (a torn or foreign file); {rebuild}"
+            ) from None
+    return out
 
 
 def previous_vectors(index_dir: Path, embedder: Embedder) -> tuple[dict[str, int], NDArray[Any]]:

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import orjson
@@ -32,7 +32,7 @@ from residency.corpus.chunking import (
 from residency.corpus.formats import READER_VERSION
 from residency.corpus.loader import load_corpus
 from residency.corpus.model import Chunk, Section, SectionHit, collapse_to_sections
-from residency.errors import ConfigError, CorpusError
+from residency.errors import ConfigError, CorpusError, ResidencyError
 from residency.index.manifest import (
     BM25_DIR,
     CHUNKS_FILE,
@@ -241,6 +241,24 @@ class RetrievalBackend(Protocol):
         ...
 
 
+_Part = TypeVar("_Part")
+
+
+def _load_part(directory: Path, part: str, load: Callable[[Path, Any], _Part], arg: Any) -> _Part:
+    """Load one retriever's files; a missing or torn file is one ConfigError naming it (faiss,
+    bm25s and numpy raise RuntimeError, OSError, ValueError and more on a damaged file)."""
+    try:
+        return load(directory / part, arg)
+    except ResidencyError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"index {directory}: its {part}/ files are missing or torn ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); rebuild it with "
+            f"`residency index CORPUS -o {directory}`"
+        ) from None
+
+
 class Index:
     """An opened index: its manifest, sections and chunks in corpus order, and search."""
 
@@ -303,10 +321,10 @@ class Index:
         )
         if self.backend is not None:
             return self.backend.open(self, embedder, self._tokenizer, self._weights)
-        bm25 = BM25Retriever.load(self.directory / BM25_DIR, self._tokenizer)
+        bm25 = _load_part(self.directory, BM25_DIR, BM25Retriever.load, self._tokenizer)
         dense = None
         if embedder is not None:
-            dense = DenseRetriever.load(self.directory / DENSE_DIR, embedder)
+            dense = _load_part(self.directory, DENSE_DIR, DenseRetriever.load, embedder)
         parts: list[Retriever] = [bm25] if dense is None else [dense, bm25]
         return IndexRetrievers(bm25, dense, HybridRetriever(parts, self._weights))
 

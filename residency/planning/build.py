@@ -299,7 +299,7 @@ def build_plan(
     return ResidencyPlan(
         created_at=dt.datetime.now(dt.UTC),
         strategy=options.strategy,
-        index_dir=str(index.directory),
+        index_dir=str(index.directory.resolve()),
         corpus_hash=index.manifest.corpus_hash,
         capacity=capacity,
         log=options.log_summary,

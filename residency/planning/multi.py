@@ -316,7 +316,7 @@ def build_prefix_plan(
         dict(
             created_at=dt.datetime.now(dt.UTC),
             strategy="planner",
-            index_dir=str(index.directory),
+            index_dir=str(index.directory.resolve()),
             corpus_hash=index.manifest.corpus_hash,
             capacity=capacity,
             log=options.log_summary,

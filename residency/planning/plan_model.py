@@ -301,7 +301,7 @@ def single_prefix(
 
 
 def write_plan(plan: ResidencyPlan, path: Path) -> None:
-    """Write plan.json atomically (temp file + rename)."""
+    """Write plan.json atomically (temp file + rename); ConfigError if `path` cannot be written."""
     data = orjson.dumps(plan.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
     write_bytes_atomic(path, data + b"\n")
 
@@ -317,14 +317,40 @@ def read_plan(path: Path) -> ResidencyPlan:
 
 def parse_plan(data: bytes, path: Path) -> ResidencyPlan:
     """Validate plan.json's bytes (read from `path`, which errors name)."""
+    remake = "make one with `residency plan`"
+    if not data.strip():
+        raise ConfigError(f"--plan {path}: the file is empty; {remake}")
     try:
         raw = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise ConfigError(f"--plan {path}: not valid JSON") from None
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(f"--plan {path}: not valid JSON ({exc}); {remake}") from None
+    if not isinstance(raw, dict):
+        kind = "a JSON array" if isinstance(raw, list) else f"a JSON {type(raw).__name__}"
+        raise ConfigError(f"--plan {path}: not a residency plan ({kind}); {remake}")
+    missing = [
+        name
+        for name, f in ResidencyPlan.model_fields.items()
+        if f.is_required() and name not in raw
+    ]
+    if len(missing) > 1:
+        raise ConfigError(
+            f"--plan {path}: not a residency plan (it lacks {', '.join(missing[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}); {remake}"
+        )
     try:
         return ResidencyPlan.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(
-            f"--plan {path}: {'.'.join(map(str, err['loc']))}: {err['msg']}"
+            f"--plan {path}: {'.'.join(map(str, err['loc']))}: {err['msg']}; {remake}"
         ) from None
+
+
+def plan_index_dir(plan: ResidencyPlan, plan_path: Path) -> Path:
+    """The index a plan was made from: recorded absolute; a relative path (plans written before
+    paths were stored absolute) is read beside the plan, else from here."""
+    recorded = Path(plan.index_dir)
+    if recorded.is_absolute():
+        return recorded
+    beside = plan_path.parent / recorded
+    return beside if beside.exists() or not recorded.exists() else recorded

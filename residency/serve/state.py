@@ -9,7 +9,7 @@ from pathlib import Path
 
 from residency.errors import ConfigError
 from residency.index import Index, open_index
-from residency.planning.plan_model import ResidencyPlan, parse_plan
+from residency.planning.plan_model import ResidencyPlan, parse_plan, plan_index_dir
 from residency.serve.context import ContextBuilder
 from residency.serve.keepwarm import KeepWarmPolicy, policy_of
 from residency.serve.settings import ServeSettings
@@ -68,8 +68,5 @@ def plan_sha256(data: bytes) -> str:
 
 
 def _plan_index(plan: ResidencyPlan, settings: ServeSettings) -> Path:
-    """The plan's index: as recorded (absolute, or relative to here), else beside the plan."""
-    path = Path(plan.index_dir)
-    if path.is_absolute() or path.exists():
-        return path
-    return settings.plan.parent / path
+    """The plan's index (recorded absolute; an older plan's relative path beside the plan)."""
+    return plan_index_dir(plan, settings.plan)
