@@ -49,7 +49,8 @@ class LogRead(BaseModel):
 
 
 def read_query_log(path: Path) -> LogRead:
-    """Parse a query log; a missing file is a `CorpusError`, bad lines are listed as skipped."""
+    """Parse a query log; a missing file, or one without a single valid line, is a
+    `CorpusError`; bad lines among good ones (a router killed mid-write) are listed as skipped."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -66,6 +67,11 @@ def read_query_log(path: Path) -> LogRead:
         except ValidationError as exc:
             err = exc.errors()[0]
             skipped.append(f"{path}:{number}: {'.'.join(map(str, err['loc']))}: {err['msg']}")
+    if skipped and not entries:  # not one line of it is a logged question: not a query log
+        raise CorpusError(
+            f"--log {path}: not a query log (no line holds a question: {skipped[0]}); the router "
+            "writes one (`residency serve --log`), one JSON object per line with query, count, ts"
+        )
     return LogRead(entries=tuple(entries), skipped=tuple(skipped))
 
 

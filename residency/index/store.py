@@ -247,15 +247,16 @@ _Part = TypeVar("_Part")
 def _load_part(directory: Path, part: str, load: Callable[[Path, Any], _Part], arg: Any) -> _Part:
     """Load one retriever's files; a missing or torn file is one ConfigError naming it (faiss,
     bm25s and numpy raise RuntimeError, OSError, ValueError and more on a damaged file)."""
+    rebuild = f"rebuild it with `residency index CORPUS -o {directory}`"
     try:
         return load(directory / part, arg)
-    except ResidencyError:
-        raise
+    except ResidencyError as exc:
+        raise ConfigError(f"index {directory}: {exc}; {rebuild}") from None
     except Exception as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
         raise ConfigError(
             f"index {directory}: its {part}/ files are missing or torn ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); rebuild it with "
-            f"`residency index CORPUS -o {directory}`"
+            f"{detail}); {rebuild}"
         ) from None
 
 
