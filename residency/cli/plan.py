@@ -112,7 +112,7 @@ def plan(args: PlanArgs) -> None:
     job = PlanJob(
         capacity=request,
         index_dir=args.index,
-        sample=get_sample(args.sample),
+        sample=get_sample(args.sample) if "sample" in stated() else None,
         logs=args.log,
         backend=qdrant_backend(args.retriever, args.qdrant),
         tokenizer_dir=args.tokenizer_dir,

@@ -26,6 +26,18 @@ def render_plan(plan: ResidencyPlan, path: Path, console: Console) -> None:
         console.print(describe_arithmetic(plan))
 
 
+def describe_tokenizer(plan: ResidencyPlan) -> str:
+    """Which tokenizer counted and hashed the prefix (a prefix is cached only if the served
+    model tokenizes it to the same ids: `residency warm` checks the hash on the server)."""
+    prefix = plan.prefix
+    if prefix.hash_of != "token_ids":
+        return (
+            f"prefix tokens approximate ({prefix.tokenizer}), hashed over its text: pass --server "
+            "or --tokenizer-dir for the served model's exact count and hash"
+        )
+    return f"prefix counted and hashed with {prefix.tokenizer}"
+
+
 def describe_arithmetic(plan: ResidencyPlan) -> str:
     """'KV 46,592 tokens = 4 prefixes 32,768 resident + 13,824 headroom (...)'."""
     a = plan.arithmetic
@@ -49,32 +61,59 @@ def describe_arithmetic(plan: ResidencyPlan) -> str:
 
 
 def _render_prefixes(plan: ResidencyPlan, path: Path, console: Console) -> None:
-    for p in plan.prefixes:
+    """The shared head once, then one row per prefix with the sections only it holds: each
+    question is routed to one prefix, so the branches' traffic shares add up (the head's is in
+    every prefix and is shown once)."""
+    head = set.intersection(*(set(p.section_ids) for p in plan.prefixes))
+    head_items = {i.id: i for p in plan.prefixes for i in p.resident if i.section_id in head}
+    head_share = sum(i.probability for i in head_items.values())
+    if head_items:
         table = Table(
-            title=f"Prefix {p.id}: {p.tokens:,} tokens, {len(p.section_ids)} sections, "
-            f"expected traffic {p.traffic_share:.1%} ({p.sha256[:19]}…)",
+            title=f"Shared head, in every prefix: {len(head)} sections, "
+            f"{sum(i.tokens for i in head_items.values()):,} tokens, expected traffic "
+            f"{head_share:.1%}",
             title_justify="left",
         )
         table.add_column("id", max_width=48, overflow="ellipsis", no_wrap=True)
         table.add_column("tokens", justify="right")
         table.add_column("p(s)", justify="right")
-        shown = sorted(p.resident, key=lambda r: -r.probability)[:8]
+        shown = sorted(head_items.values(), key=lambda r: -r.probability)[:8]
         for item in shown:
             pinned = " (pinned)" if item.pinned else ""
             table.add_row(item.id + pinned, f"{item.tokens:,}", f"{item.probability:.3f}")
-        if len(p.resident) > len(shown):
-            table.add_row(f"... {len(p.resident) - len(shown)} more", "", "")
+        if len(head_items) > len(shown):
+            table.add_row(f"... {len(head_items) - len(shown)} more", "", "")
         console.print(table)
+    branches = Table(
+        title=f"{len(plan.prefixes)} prefixes: the sections each holds besides the head",
+        title_justify="left",
+    )
+    branches.add_column("prefix")
+    for name in ("tokens", "own sections", "own traffic"):
+        branches.add_column(name, justify="right")
+    branches.add_column("busiest own sections", max_width=44, overflow="ellipsis", no_wrap=True)
+    branch_total = 0.0
+    for p in plan.prefixes:
+        own = [i for i in p.resident if i.section_id not in head]
+        share = sum(i.probability for i in own)
+        branch_total += share
+        busiest = ", ".join(i.id for i in sorted(own, key=lambda r: -r.probability)[:2])
+        branches.add_row(
+            p.id, f"{p.tokens:,}", str(len({i.section_id for i in own})), f"{share:.1%}", busiest
+        )
+    console.print(branches)
     cov = plan.coverage
     console.print(
         f"[bold]{cov.resident_sections} of {cov.total_sections} sections resident in "
         f"{len(plan.prefixes)} prefixes[/] ({plan.selection_method}); predicted share of "
-        f"questions answered from a prefix: {cov.resident_share:.1%}"
+        f"questions answered from a prefix: {cov.resident_share:.1%} (head {head_share:.1%} + "
+        f"branches {branch_total:.1%})"
     )
     console.print(describe_arithmetic(plan))
     console.print(
         f"log: {plan.log.total_count} questions{plan.log.describe_files()}; written to {path}"
     )
+    console.print(describe_tokenizer(plan))
 
 
 def _render_single(plan: ResidencyPlan, path: Path, console: Console) -> None:

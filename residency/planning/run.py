@@ -16,7 +16,7 @@ from residency.capacity.report import CapacityReport, build_capacity_report
 from residency.capacity.request import CapacityRequest
 from residency.corpus.chunker_settings import ChunkerSettings
 from residency.corpus.samples import DATA_ROOT as DATA_ROOT
-from residency.corpus.samples import JA_SAMPLE, SampleCorpus
+from residency.corpus.samples import EN_SAMPLE, JA_SAMPLE, SampleCorpus
 from residency.index import BuildProgress, Index, IndexOptions, build_index, open_index
 from residency.index.store import RetrievalBackend
 from residency.models.tokenizer import ensure_tokenizer
@@ -47,7 +47,9 @@ class PlanJob:
 
     capacity: CapacityRequest
     index_dir: Path | None = None
-    sample: SampleCorpus = JA_SAMPLE  # the corpus planned when no index_dir is given
+    # The corpus planned when no index_dir is given; None: the Japanese sample, or with --server
+    # the one the served model reads (`choose_sample`).
+    sample: SampleCorpus | None = None
     logs: tuple[str, ...] = ()  # --log files or globs (several routers' logs merge by time)
     tokenizer_dir: Path | None = None
     settings: PlanSettings = field(default_factory=PlanSettings)  # strategy, --prefixes, seed
@@ -134,6 +136,11 @@ def encoder_for(job: PlanJob, index: Index, sample: bool) -> ModelTokenizer:
     if job.tokenizer_dir is not None:
         return LocalTokenizer(job.tokenizer_dir)
     if sample:
+        job.warnings.append(
+            "the prefix is counted and hashed with residency's own demo tokenizer (trained on the "
+            "sample corpus), not a served model's: pass --server or --tokenizer-dir to plan for "
+            "your model"
+        )
         return LocalTokenizer(ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models"))
     if index.manifest.token_count.method == "tokenizer":
         return LocalTokenizer(Path(index.manifest.token_count.name))
@@ -143,9 +150,44 @@ def encoder_for(job: PlanJob, index: Index, sample: bool) -> ModelTokenizer:
     return ApproxTokenizer()
 
 
-def read_log(job: PlanJob, sample: bool) -> tuple[LogRead | None, tuple[LogFileSummary, ...]]:
-    """The query log(s) merged by timestamp, or None (density-only planning, with a warning)."""
-    patterns = job.logs or ((str(job.sample.queries),) if sample else ())
+# A Japanese sentence: a tokenizer that knows Japanese spends about one token per character or
+# fewer; an English-first one falls back to bytes (SmolLM2: ~2.5 tokens per character).
+_JA_PROBE = "灯台の霧笛は濃霧のときに鳴り、保守記録には毎月の点検結果が書かれている。"
+JA_TOKENS_PER_CHAR_LIMIT = 1.2
+
+
+def choose_sample(job: PlanJob) -> SampleCorpus:
+    """The sample corpus planned when no --index or --sample is given: the Japanese one, or
+    with --server the English one when the served model's tokenizer does not read Japanese.
+    Either way a warning says which and how to plan a corpus of one's own."""
+    chosen, why = JA_SAMPLE, "the default"
+    if job.capacity.server:
+        tokenizer = ServerTokenizer(job.capacity.server)
+        try:
+            per_char = tokenizer.count(_JA_PROBE) / len(_JA_PROBE)
+        finally:
+            tokenizer.close()
+        if per_char > JA_TOKENS_PER_CHAR_LIMIT:
+            chosen = EN_SAMPLE
+            why = (
+                f"the served model spends {per_char:.1f} tokens per Japanese character (an "
+                "English-first tokenizer)"
+            )
+        else:
+            why = f"the served model reads Japanese ({per_char:.1f} tokens per character)"
+    job.warnings.append(
+        f"no --index: planning the built-in sample {chosen.name} ({why}); pass --index "
+        "INDEX_DIR (`residency index`) to plan your corpus, or --sample to pick the sample"
+    )
+    return chosen
+
+
+def read_log(
+    job: PlanJob, corpus: SampleCorpus | None
+) -> tuple[LogRead | None, tuple[LogFileSummary, ...]]:
+    """The query log(s) merged by timestamp (--log; planning a sample corpus: its log), or None
+    (density-only planning, with a warning)."""
+    patterns = job.logs or ((str(corpus.queries),) if corpus is not None else ())
     if not patterns:
         job.warnings.append("no --log: density-only planning (every section equally likely)")
         return None, ()
@@ -181,11 +223,13 @@ def run_plan(
     """Capacity, then residency: the plan for `job` (not yet written)."""
     report = build_capacity_report(job.capacity)
     sample = job.index_dir is None
+    corpus = None
     if job.index_dir is None:
-        index = sample_index(progress, job.sample, job.backend)
+        corpus = job.sample or choose_sample(job)
+        index = sample_index(progress, corpus, job.backend)
     else:
         index = open_index(job.index_dir, backend=job.backend)
-    log, files = read_log(job, sample)
+    log, files = read_log(job, corpus)
     entries = log.entries if log else ()
     memo: dict[str, list[str]] = {}
 

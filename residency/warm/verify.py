@@ -92,10 +92,16 @@ def check_server(plan: ResidencyPlan, client: VllmClient, allow_model_mismatch: 
             )
         warnings.append(f"model differs: plan {cap.model!r}, {what} (--allow-model-mismatch)")
     if served.max_model_len is not None and served.max_model_len != cap.max_model_len:
+        # A smaller window always fits the model; a larger one may be beyond what it allows.
+        restart = (
+            f", or restart vLLM with --max-model-len {cap.max_model_len}"
+            if cap.max_model_len < served.max_model_len
+            else ""
+        )
         raise UpstreamMismatchError(
             f"plan was made for max_model_len {cap.max_model_len}; --server {url} runs "
-            f"{served.max_model_len}; re-plan with --server {url}, or restart vLLM with "
-            f"--max-model-len {cap.max_model_len}"
+            f"{served.max_model_len}; re-plan with --server {url} (it plans the server's own "
+            f"window){restart}"
         )
     labels = client.cache_config_info()
     if labels.get("enable_prefix_caching", "True") == "False":
