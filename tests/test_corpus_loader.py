@@ -315,3 +315,16 @@ def test_server_counts_equal_the_local_tokenizer(
         assert server.info.method == "server"
     finally:
         server.close()
+
+
+def test_a_section_over_the_limit_is_skipped_with_its_file_and_size(tmp_path: Path) -> None:
+    from residency.corpus.model import MAX_SECTION_CHARS
+
+    (tmp_path / "ok.md").write_text("# Title\n\nSome text.\n", "utf-8")
+    (tmp_path / "huge.txt").write_text("word " * (MAX_SECTION_CHARS // 5 + 10), "utf-8")
+    corpus = load_corpus(tmp_path, ApproxTokenizer())
+    assert [s.id for s in corpus.sections] == ["ok#title"]
+    (skipped,) = corpus.skipped
+    assert skipped.file == "huge.txt"
+    assert f"{MAX_SECTION_CHARS:,}" in skipped.reason
+    assert f"{(tmp_path / 'huge.txt').stat().st_size:,} bytes" in skipped.reason

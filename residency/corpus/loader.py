@@ -48,7 +48,7 @@ from residency.corpus.formats import (
     read_binary,
 )
 from residency.corpus.markdown import parse_markdown
-from residency.corpus.model import Section, SkippedInput, SourceFile
+from residency.corpus.model import MAX_SECTION_CHARS, Section, SkippedInput, SourceFile
 from residency.errors import ConfigError, CorpusError
 from residency.tokenizer import ModelTokenizer, TokenCountInfo
 
@@ -294,6 +294,14 @@ def load_corpus(
         skipped.extend(bad)
         kept = 0
         for d in found:
+            if len(d.text) > MAX_SECTION_CHARS:
+                reason = (
+                    f"section {d.id!r} holds {len(d.text):,} characters ({len(data):,} bytes in "
+                    f"the file), over the {MAX_SECTION_CHARS:,} one section may hold: give it "
+                    "headings (Markdown) or blank lines (.txt) to split it"
+                )
+                skipped.append(SkippedInput(file=rel, line=d.line, reason=reason))
+                continue
             if d.id in seen:
                 reason = f"{_DUPLICATE}{d.id!r} (first at {seen[d.id]})"
                 skipped.append(SkippedInput(file=rel, line=d.line, reason=reason))

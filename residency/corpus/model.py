@@ -22,6 +22,7 @@ from residency.normalize import normalize_text
 
 _ID = 1024  # the longest id accepted: a deep path plus a long anchor
 _TEXT = 10_000_000
+MAX_SECTION_CHARS = _TEXT  # one section's text; a longer one is skipped (loader.py)
 
 
 class Section(BaseModel):
