@@ -29,6 +29,7 @@ CROSS_CUTTING = frozenset(
         "machine",
         "normalize",
         "paths",
+        "progress",
         "prompt_language",
         "query_log",
         "routing",

@@ -97,7 +97,7 @@ class IndexArgs(BaseModel):
 def index(args: IndexArgs) -> None:
     """Index a corpus: sections, chunks, BM25 and dense vectors, with a manifest; optionally
     upload it into Qdrant (--to qdrant URL|PATH)."""
-    from residency.cli.progress import BarProgress, progress_bar
+    from residency.cli.progress import build_progress
     from residency.index import build_index
     from residency.index.qdrant_source import source_from_index
     from residency.index.qdrant_upload import upload
@@ -109,10 +109,9 @@ def index(args: IndexArgs) -> None:
     ref = args.collection
     target = _upload_target(args.to, ref.collection, uploading.vector_name, ref.api_key, output)
     counter = open_tokenizer(args.tokenizer_dir, args.server)
-    bar = progress_bar(json, transient=False, eta=True)
     try:
-        with _sigterm_as_interrupt(), bar:
-            manifest = build_index(corpus_dir, output, options, counter, BarProgress(bar))
+        with _sigterm_as_interrupt(), build_progress(json) as progress:
+            manifest = build_index(corpus_dir, output, options, counter, progress)
         if options.watch:
             _report(manifest, output, None, json)
             _watch(corpus_dir, output, options, counter, json)
@@ -123,9 +122,8 @@ def index(args: IndexArgs) -> None:
     uploaded = None
     if target is not None:
         qdrant, name = target
-        with progress_bar(json, transient=False, eta=True) as upload_bar:
+        with build_progress(json) as progress:
             source = source_from_index(output)
-            progress = BarProgress(upload_bar)
             uploaded = upload(
                 source, qdrant, name, uploading.vector_name, uploading.batch_size, progress
             )

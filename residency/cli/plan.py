@@ -93,7 +93,7 @@ def plan(args: PlanArgs) -> None:
 
     from residency.capacity.report import build_capacity_report
     from residency.cli.plan_report import render, render_plan
-    from residency.cli.progress import BarProgress, progress_bar
+    from residency.cli.progress import build_progress
     from residency.corpus.samples import get_sample
     from residency.planning.plan_model import write_plan
     from residency.planning.run import PlanJob, run_plan
@@ -120,9 +120,10 @@ def plan(args: PlanArgs) -> None:
         pins=args.pin,
         excludes=args.exclude,
     )
-    with progress_bar(False, eta=True, terminal_only=False) as bar:
-        report, plan = run_plan(job, BarProgress(bar))
-    err = bar.console
+    # --json or not, progress goes to stderr (a bar on a terminal, log lines elsewhere).
+    with build_progress() as progress:
+        report, plan = run_plan(job, progress)
+    err = Console(stderr=True)
     write_plan(plan, args.output)
     for warning in job.warnings:
         err.print(f"[yellow]warning:[/] {escape(warning)}")

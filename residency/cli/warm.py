@@ -60,7 +60,10 @@ def warm(args: WarmArgs) -> None:
     if args.watch:
         _watch(residency_plan, options, args.watch_settings, json)
         return
-    report = run_warm(residency_plan, options)
+    from residency.cli.progress import build_progress
+
+    with build_progress(json) as progress:
+        report = run_warm(residency_plan, options, progress)
     if json:
         typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
     else:

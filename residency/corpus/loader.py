@@ -50,6 +50,7 @@ from residency.corpus.formats import (
 from residency.corpus.markdown import parse_markdown
 from residency.corpus.model import MAX_SECTION_CHARS, Section, SkippedInput, SourceFile
 from residency.errors import ConfigError, CorpusError
+from residency.progress import BuildProgress
 from residency.tokenizer import ModelTokenizer, TokenCountInfo
 
 __all__ = ["PREAMBLE_ANCHOR", "SUPPORTED_SUFFIXES", "Corpus", "PreviousCorpus", "slugify"]
@@ -265,10 +266,14 @@ def _token_counts(
 
 
 def load_corpus(
-    root: Path, counter: ModelTokenizer, previous: PreviousCorpus | None = None
+    root: Path,
+    counter: ModelTokenizer,
+    previous: PreviousCorpus | None = None,
+    progress: BuildProgress | None = None,
 ) -> Corpus:
     """Read every file under `root` into sections (see the module docstring for the rules);
-    files unchanged since `previous` are taken from it rather than parsed again."""
+    files unchanged since `previous` are taken from it rather than parsed again. `progress`
+    hears one step per file read."""
     if not root.is_dir():
         raise ConfigError(f"corpus directory {root} does not exist or is not a directory")
     seen: dict[str, str] = {}  # section id -> 'file:line' of its first occurrence
@@ -277,7 +282,12 @@ def load_corpus(
     skipped: list[SkippedInput] = []
     parsed: list[str] = []
     reused: set[str] = set()
-    for rel, path in _corpus_files(root):
+    listed = _corpus_files(root)
+    if progress is not None:
+        progress.start("reading corpus files", len(listed))
+    for rel, path in listed:
+        if progress is not None:
+            progress.advance(1)
         try:
             data = path.read_bytes()
         except OSError as exc:

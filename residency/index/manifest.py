@@ -20,7 +20,7 @@ import datetime as dt
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import orjson
@@ -33,6 +33,7 @@ from residency.corpus.model import Chunk, Section, SkippedInput, SourceFile
 from residency.corpus.sentences import Span
 from residency.errors import ConfigError
 from residency.normalize import NORMALIZATION_VERSION
+from residency.progress import BuildProgress as BuildProgress
 from residency.retrieval import Embedder
 from residency.tokenizer import TokenCountInfo
 
@@ -148,16 +149,6 @@ def read_manifest(directory: Path) -> IndexManifest:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         raise ConfigError(f"{path}: {loc}: {err['msg']}; rebuild the index") from None
-
-
-class BuildProgress(Protocol):
-    """Where a build reports long phases (the CLI draws a progress bar)."""
-
-    def start(self, description: str, total: int) -> None:
-        """A phase of `total` steps begins."""
-
-    def advance(self, steps: int) -> None:
-        """`steps` more steps are done."""
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -140,7 +140,7 @@ def build_index(
     _check_target(corpus_dir, index_dir)
     tokenizer = get_tokenizer(options.sparse_tokenizer)
     previous, old_sections = previous_corpus(index_dir)
-    corpus = load_corpus(corpus_dir, counter, previous)
+    corpus = load_corpus(corpus_dir, counter, previous, progress)
     if options.strict and corpus.skipped:
         listed = "; ".join(f"{s.location()}: {s.reason}" for s in corpus.skipped[:5])
         raise CorpusError(

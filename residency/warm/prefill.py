@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.planning.plan_model import ResidencyPlan
+from residency.progress import BuildProgress
 from residency.vllm_client import TTFT_METHOD, SendResult, VllmClient, wait_for_health
 from residency.warm.options import WarmOptions
 from residency.warm.verify import WarmTarget, check_server
@@ -105,17 +106,24 @@ def build_report(
     )
 
 
-def warm(plan: ResidencyPlan, options: WarmOptions) -> WarmReport:
+def warm(
+    plan: ResidencyPlan, options: WarmOptions, progress: BuildProgress | None = None
+) -> WarmReport:
     """Wait for the server, check it against the plan, prefill every prefix, then probe each
     once more: the proof that all of them are cached at the same time (a later warm could
-    have evicted an earlier prefix)."""
+    have evicted an earlier prefix). `progress` hears one step per prefix prefilled."""
     with open_client(options) as client:
         wait_for_health(client, options.timeout_s)
         warmed: list[tuple[str, ResidencyPlan, WarmTarget, list[SendResult]]] = []
-        for p in plan.all_prefixes():
+        prefixes = plan.all_prefixes()
+        if progress is not None:
+            progress.start("prefilling prefixes", len(prefixes))
+        for p in prefixes:
             view = plan.for_prefix(p.id)
             target = check_server(view, client, options.allow_model_mismatch)
             warmed.append((p.id, view, target, admit(client, target, options.max_sightings)))
+            if progress is not None:
+                progress.advance(1)
         entries: list[PrefixWarm] = []
         first: WarmReport | None = None
         for prefix_id, view, target, sends in warmed:
