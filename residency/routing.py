@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Route = Literal["resident", "long_tail"]
 DEFAULT_K = 5
@@ -86,6 +86,16 @@ class RoutingSettings(BaseModel):
         le=50,
         description="Dated sections pinned for a time expression (0: none).",
     )
+
+    @field_validator("today", mode="before")
+    @classmethod
+    def _iso_date(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                return dt.date.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"{value!r}: expected YYYY-MM-DD, e.g. 2026-01-15") from None
+        return value
 
     @model_validator(mode="after")
     def _prefetch_covers_k(self) -> Self:

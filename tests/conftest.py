@@ -224,3 +224,41 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many vLLM servers this run started, and how long each took."""
     for pool in _POOL:
         terminalreporter.write_line(pool.summary())
+
+
+# A test runs the residency CLI in a subprocess when it (or a fixture it depends on) calls one of
+# these helpers, or calls subprocess with the string "residency" in its code: it is marked `cli`,
+# which `make test-fast` leaves out.
+_SUBPROCESS_CLI = frozenset({"run_cli", "run_capacity_cli", "run_bench_cli", "subprocess_cli"})
+
+
+def _runs_the_cli(func: object, module: object, depth: int = 3) -> bool:
+    """Whether `func`, or a function of its test module it calls (a few levels down), runs
+    `python -m residency` in a subprocess."""
+    code = getattr(func, "__code__", None)
+    if code is None or depth == 0:
+        return False
+    names = set(code.co_names)
+    if names & _SUBPROCESS_CLI:
+        return True
+    consts = [c for c in code.co_consts if isinstance(c, str)]
+    if "subprocess" in names and "residency" in consts:
+        return True
+    helpers = (getattr(module, n, None) for n in names)
+    return any(
+        _runs_the_cli(h, module, depth - 1)
+        for h in helpers
+        if callable(h) and getattr(h, "__module__", None) == getattr(module, "__name__", "")
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `cli` every test that runs the CLI in a subprocess, directly or through a fixture."""
+    for item in items:
+        module = getattr(item, "module", None)
+        funcs: list[object] = [getattr(item, "function", None)]
+        info = getattr(item, "_fixtureinfo", None)
+        if info is not None:
+            funcs += [d.func for defs in info.name2fixturedefs.values() for d in defs]
+        if any(_runs_the_cli(f, module) for f in funcs):
+            item.add_marker(pytest.mark.cli)

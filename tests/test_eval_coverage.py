@@ -242,9 +242,14 @@ def test_eval_defaults_are_the_routers() -> None:
     evaluate = inspect.signature(evaluate_coverage).parameters
     for name in ("margin", "hedge"):
         assert evaluate[name].default == route[name].default, name
+    from residency.eval.coverage_options import CoverageOptions
+    from residency.routing import RoutingSettings
     from residency.serve.settings import ServeSettings
 
-    assert evaluate["hops"].default == ServeSettings.model_fields["hops"].default
+    # One model: the router's routing and the evaluation's are the same settings.
+    assert ServeSettings.model_fields["routing"].annotation is RoutingSettings
+    assert CoverageOptions.model_fields["routing"].annotation is RoutingSettings
+    assert evaluate["hops"].default == RoutingSettings().hops
 
 
 # --- the CLI -------------------------------------------------------------------------------
@@ -393,7 +398,7 @@ def corrupt_plan(plan_file: Path, path: Path, **update: str) -> Path:
         ),
         pytest.param(
             ("--squad", "{squad}", "--k", "0"),
-            "--k: input should be greater than or equal to 1, got 0",
+            "--k 0: eval coverage compares RAG at the router's k; give --k 1 or more",
             id="k-zero",
         ),
         pytest.param(
@@ -767,7 +772,9 @@ def test_the_cli_dated_route_defaults_are_the_routers() -> None:
     from residency.eval.coverage_options import CoverageOptions
     from residency.serve.settings import ServeSettings
 
-    assert CoverageOptions().max_dated == ServeSettings.model_fields["max_dated"].default > 0
+    routing = CoverageOptions().routing
+    assert routing == ServeSettings(plan=Path("p.json")).routing
+    assert routing.max_dated > 0
 
 
 def test_cli_refuses_a_bad_today_in_one_line(tmp_path: Path) -> None:

@@ -224,7 +224,7 @@ def test_cli_eval_default_history_lives_in_the_index(
             "error: --weight[dense]: input should be greater than or equal to 0, got '-0.5'",
             id="negative-weight",
         ),
-        pytest.param(["--weight", "dense"], "--weight 'dense': expected NAME=WEIGHT", id="no-="),
+        pytest.param(["--weight", "dense"], "--weight 'dense': expected NAME=VALUE", id="no-="),
         pytest.param(["--weight", "sparse=1"], "--weight sparse: not a fused", id="unknown-name"),
     ],
 )

@@ -68,8 +68,8 @@ def test_every_visible_device_is_listed_and_device_0_planned() -> None:
     ]
     assert report["inputs"]["used_devices"] == [0]
     assert report["memory"]["total_memory_bytes"] == H200
-    # vllm/v1/worker/utils.py request_memory: ceil(total x 0.9).
-    assert report["memory"]["requested_memory_bytes"] == math.ceil(H200 * 0.9)
+    # vllm/v1/worker/utils.py request_memory: ceil(total x 0.92, vLLM's default utilization).
+    assert report["memory"]["requested_memory_bytes"] == math.ceil(H200 * 0.92)
 
 
 @pytest.mark.parametrize(
@@ -96,10 +96,10 @@ def test_gpu_index_picks_the_visible_device() -> None:
 
 
 def test_free_memory_below_the_request_is_refused_as_vllm_does() -> None:
-    # Device 1 has exactly half its memory free: ceil(total x 0.5) fits, 0.9 does not.
+    # Device 1 has exactly half its memory free: ceil(total x 0.5) fits, 0.92 does not.
     line = one_line_error(plan(*LLAMA, "--gpu-index", "1"))
     assert line.startswith("error: GPU 1 (NVIDIA H200) has 70.20 GiB free of 140.40 GiB")
-    assert "--gpu-memory-utilization 0.9 asks vLLM for 126.36 GiB" in line
+    assert "--gpu-memory-utilization 0.92 asks vLLM for 129.17 GiB" in line
     assert "vllm/v1/worker/utils.py request_memory" in line
     assert "--gpu-memory-utilization 0.50 is the largest that would start" in line
     ok = plan(*LLAMA, "--gpu-index", "1", "--gpu-memory-utilization", "0.5", "--json")

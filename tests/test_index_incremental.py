@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import queue
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -178,21 +180,46 @@ def test_watch_reindexes_an_edited_file_until_ctrl_c(tmp_path: Path) -> None:
         cwd=REPO_ROOT,
         preexec_fn=_default_sigint,
     )
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, ""):
+            lines.put(line)
+        lines.put(None)
+
+    seen: list[str] = []
+
+    def wait_for_line(fragment: str, deadline_s: float = 120) -> None:
+        """Read the watcher's output until a line holds `fragment` (the event, not a timing)."""
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            seen.append(line)
+            if fragment in line:
+                return
+        raise AssertionError(f"waited {deadline_s:.0f} s for {fragment!r}; got:\n{''.join(seen)}")
+
+    threading.Thread(target=pump, daemon=True).start()
     try:
         first = _manifest_where(index, lambda m: True, 120, "the first build's manifest")
         (corpus / "beta.md").write_text("# Beta\n\nNow an LED unit.\n", encoding="utf-8")
-        edited = _manifest_where(
-            index,
-            lambda m: m["corpus_hash"] != first["corpus_hash"],
-            120,
-            "a re-index after beta.md was edited",
-        )
-        assert edited["build"]["parsed_files"] == 1  # type: ignore[index]
+        wait_for_line("re-indexed in")
+        edited = dict(orjson.loads((index / MANIFEST_FILE).read_bytes()))
+        assert edited["corpus_hash"] != first["corpus_hash"]
+        assert edited["build"]["parsed_files"] == 1
         assert open_index(index).section("beta#beta").text == "Now an LED unit."
     finally:
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+    while (line := lines.get(timeout=30)) is not None:
+        seen.append(line)
+    out = "".join(seen)
     assert proc.returncode == 0, out
-    assert "re-indexed in" in out
     assert "1 file(s) read, 3 unchanged, 0 removed" in out
     assert read_manifest(index).corpus_hash == edited["corpus_hash"]

@@ -102,7 +102,7 @@ def test_sighup_refuses_bad_plans_in_one_line_each_then_swaps_a_good_one(
         assert reloads(r, "ok") == reloads(r, "refused") == 0
         bad = [
             (b"{not json", "not valid JSON"),
-            (b'{"format_version": 1}', "created_at: Field required"),
+            (b'{"format_version": 1}', "not a residency plan (it lacks created_at"),
             (plans["no-index"].read_bytes(), "is not a residency index (no manifest.json)"),
         ]
         for n, (data, why) in enumerate(bad, start=1):

@@ -12,7 +12,11 @@ from planner import CacheSettings
 from planner.batch_defaults import vllm_batch_defaults
 from residency.capacity.request import CapacityRequest
 
-vllm_config = pytest.importorskip("vllm.config", reason="vLLM's CPU build: make install")
+
+@pytest.fixture(scope="module")
+def vllm_config() -> Any:
+    """vllm.config, imported by the tests that read it (collecting stays quick)."""
+    return pytest.importorskip("vllm.config", reason="vLLM's CPU build: make install")
 
 
 def _default(cls: type[Any], name: str) -> Any:
@@ -46,13 +50,15 @@ MIRRORED = [
     ids=[f"{m[0].__name__}.{m[1]}" for m in MIRRORED],
 )
 def test_a_mirrored_default_is_vllms(
-    ours: type[Any], name: str, theirs: str, their_name: str
+    vllm_config: Any, ours: type[Any], name: str, theirs: str, their_name: str
 ) -> None:
     vllm_default = _default(getattr(vllm_config, theirs), their_name)
     assert ours.model_fields[name].default == vllm_default
 
 
-def test_block_size_and_batch_sizes_default_to_what_vllm_decides_per_platform() -> None:
+def test_block_size_and_batch_sizes_default_to_what_vllm_decides_per_platform(
+    vllm_config: Any,
+) -> None:
     # vLLM leaves these unset and resolves them per platform and device: so do we.
     assert _default(vllm_config.CacheConfig, "block_size") is None
     assert CacheSettings.model_fields["block_size"].default is None

@@ -24,6 +24,7 @@ once: a value out of bounds is one `ConfigError` line naming the flag, the value
 from __future__ import annotations
 
 import contextvars
+import datetime as dt
 import inspect
 import re
 import types
@@ -111,6 +112,8 @@ def _cli_type(annotation: Any) -> Any:
     """The type typer parses: a tuple or list of X becomes a repeatable option of X, a dict a
     repeatable NAME=VALUE option."""
     origin = typing.get_origin(annotation)
+    if annotation in (dt.date, dt.datetime):  # parsed by the field, in its own words
+        return str
     if origin is dict:
         return list[str]
     if origin is tuple and Ellipsis not in typing.get_args(annotation):
@@ -127,7 +130,10 @@ def _cli_type(annotation: Any) -> Any:
         return types.GenericAlias(list, (item,))
     if origin in (typing.Union, types.UnionType):
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(members) == 1 and typing.get_origin(members[0]) in (tuple, list, dict):
+        if len(members) == 1 and (
+            typing.get_origin(members[0]) in (tuple, list, dict)
+            or members[0] in (dt.date, dt.datetime)
+        ):
             return _cli_type(members[0]) | None
     return annotation
 
@@ -296,6 +302,8 @@ def refusal(spec: CommandSpec, exc: ValidationError) -> str:
     if leaf is None:
         return msg
     rest = "".join(f"[{p}]" for p in loc[len(leaf.path) :])
+    if err["type"] == "value_error" and msg.startswith(repr(err.get("input"))):
+        return f"{leaf.spelled} {msg}"  # the rule names the value itself: 'X': expected ...
     secret = not leaf.field.repr or _SECRET.search(leaf.param) is not None
     got = "" if secret else f", got {err.get('input')!r}"
     span = interval(leaf.field.metadata)

@@ -97,6 +97,11 @@ class CoverageOptions(BaseModel):
 
     @model_validator(mode="after")
     def _together(self) -> CoverageOptions:
+        if self.routing.k < 1:
+            raise ValueError(
+                f"--k {self.routing.k}: eval coverage compares RAG at the router's k; give --k 1 "
+                "or more"
+            )
         if self.server is not None and (self.kv_cache_tokens or self.max_model_len):
             raise ValueError(
                 f"--server {self.server} describes the host: drop --kv-cache-tokens and "

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -31,7 +31,7 @@ from residency.corpus.chunker_settings import ChunkerSettings
 from residency.corpus.loader import PreviousCorpus
 from residency.corpus.model import Chunk, Section, SkippedInput, SourceFile
 from residency.corpus.sentences import Span
-from residency.errors import ConfigError
+from residency.errors import ConfigError, ResidencyError
 from residency.normalize import NORMALIZATION_VERSION
 from residency.progress import BuildProgress as BuildProgress
 from residency.retrieval import Embedder
@@ -240,3 +240,24 @@ def previous_corpus(index_dir: Path) -> tuple[PreviousCorpus | None, list[Sectio
         skipped.setdefault(item.file, []).append(item)
     files = {f.path: f.sha256 for f in old.files}
     return PreviousCorpus(old.reader_version, old.token_count, files, by_file, skipped), sections
+
+
+_Part = TypeVar("_Part")
+
+
+def load_index_part(
+    directory: Path, part: str, load: Callable[[Path, Any], _Part], arg: Any
+) -> _Part:
+    """Load one retriever's files; a missing or torn file is one ConfigError naming it (faiss,
+    bm25s and numpy raise RuntimeError, OSError, ValueError and more on a damaged file)."""
+    rebuild = f"rebuild it with `residency index CORPUS -o {directory}`"
+    try:
+        return load(directory / part, arg)
+    except ResidencyError as exc:
+        raise ConfigError(f"index {directory}: {exc}; {rebuild}") from None
+    except Exception as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
+        raise ConfigError(
+            f"index {directory}: its {part}/ files are missing or torn ({type(exc).__name__}: "
+            f"{detail}); {rebuild}"
+        ) from None

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -32,7 +32,7 @@ from residency.corpus.chunking import (
 from residency.corpus.formats import READER_VERSION
 from residency.corpus.loader import load_corpus
 from residency.corpus.model import Chunk, Section, SectionHit, collapse_to_sections
-from residency.errors import ConfigError, CorpusError, ResidencyError
+from residency.errors import ConfigError, CorpusError
 from residency.index.manifest import (
     BM25_DIR,
     CHUNKS_FILE,
@@ -47,6 +47,7 @@ from residency.index.manifest import (
     BuildStats,
     EmbedderInfo,
     IndexManifest,
+    load_index_part,
     manifest_bytes,
     previous_corpus,
     previous_spans,
@@ -241,25 +242,6 @@ class RetrievalBackend(Protocol):
         ...
 
 
-_Part = TypeVar("_Part")
-
-
-def _load_part(directory: Path, part: str, load: Callable[[Path, Any], _Part], arg: Any) -> _Part:
-    """Load one retriever's files; a missing or torn file is one ConfigError naming it (faiss,
-    bm25s and numpy raise RuntimeError, OSError, ValueError and more on a damaged file)."""
-    rebuild = f"rebuild it with `residency index CORPUS -o {directory}`"
-    try:
-        return load(directory / part, arg)
-    except ResidencyError as exc:
-        raise ConfigError(f"index {directory}: {exc}; {rebuild}") from None
-    except Exception as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
-        raise ConfigError(
-            f"index {directory}: its {part}/ files are missing or torn ({type(exc).__name__}: "
-            f"{detail}); {rebuild}"
-        ) from None
-
-
 class Index:
     """An opened index: its manifest, sections and chunks in corpus order, and search."""
 
@@ -322,10 +304,10 @@ class Index:
         )
         if self.backend is not None:
             return self.backend.open(self, embedder, self._tokenizer, self._weights)
-        bm25 = _load_part(self.directory, BM25_DIR, BM25Retriever.load, self._tokenizer)
+        bm25 = load_index_part(self.directory, BM25_DIR, BM25Retriever.load, self._tokenizer)
         dense = None
         if embedder is not None:
-            dense = _load_part(self.directory, DENSE_DIR, DenseRetriever.load, embedder)
+            dense = load_index_part(self.directory, DENSE_DIR, DenseRetriever.load, embedder)
         parts: list[Retriever] = [bm25] if dense is None else [dense, bm25]
         return IndexRetrievers(bm25, dense, HybridRetriever(parts, self._weights))
 

@@ -66,6 +66,9 @@ def watch_corpus(
     """Call `rebuild` after each settled change of `root` whose content differs from the index
     in `index_dir`, until `stop()` is true (the CLI stops on Ctrl-C instead)."""
     seen = corpus_snapshot(root)
+    # A file edited while the index was being built, or before this first look, is already in
+    # `seen`: compare the corpus with what the index holds once, so that edit is not missed.
+    _rebuild_if_changed(root, index_dir, rebuild)
     while not stop():
         time.sleep(poll_s)
         now = corpus_snapshot(root)
@@ -76,9 +79,14 @@ def watch_corpus(
         if settled != now:
             continue
         seen = settled
-        try:
-            changed = content_changed(root, read_manifest(index_dir))
-        except ConfigError:  # no readable index: build one
-            changed = True
-        if changed:
-            rebuild()
+        _rebuild_if_changed(root, index_dir, rebuild)
+
+
+def _rebuild_if_changed(root: Path, index_dir: Path, rebuild: Callable[[], None]) -> None:
+    """`rebuild()` when the corpus's content differs from the index's (or there is none)."""
+    try:
+        changed = content_changed(root, read_manifest(index_dir))
+    except ConfigError:  # no readable index: build one
+        changed = True
+    if changed:
+        rebuild()
