@@ -159,6 +159,7 @@ def test_index_jsquad_sized_corpus(
         pytest.skip(f"JSQuAD v1.3 valid not found at {JSQUAD_VALID}")
     monkeypatch.setenv("RESIDENCY_E5_ENGINE", "torch")
     chars = jsquad_sized_corpus(JSQUAD_VALID, tmp_path / "docs")
+    cpu = time.process_time()
     manifest = benchmark.pedantic(
         build_index,
         args=(tmp_path / "docs", tmp_path / "idx", IndexOptions(), ApproxTokenizer()),
@@ -170,6 +171,7 @@ def test_index_jsquad_sized_corpus(
         chunks=manifest.chunk_count,
         embedded=manifest.build.embedded_chunks,
         seconds=manifest.build.seconds,
+        cpu_seconds=round(time.process_time() - cpu, 1),  # this process, all threads
         machine=machine_info().describe(),
         load_average=os.getloadavg()[0],
     )
