@@ -78,10 +78,14 @@ class PlanItem:
 def log_mass(
     index: Index, entries: Sequence[LogEntry], depth: int = DEFAULT_DEPTH
 ) -> dict[str, float]:
-    """Attributed query mass per section id (hybrid retrieval over the whole corpus)."""
+    """Attributed query mass per section id (hybrid retrieval over the whole corpus; the
+    questions embedded in one batch through the query-vector cache)."""
+    from residency.index.query_vectors import log_query_vectors  # numpy, faiss: when run
+
+    vectors = log_query_vectors(index, (e.query for e in entries))
 
     def search(query: str, k: int) -> list[str]:
-        return [h.section_id for h in index.search(query, k)]
+        return [h.section_id for h in index.search_all(query, k, vectors.get(query))["hybrid"]]
 
     return attribute_queries(entries, search, depth)
 

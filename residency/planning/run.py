@@ -232,10 +232,15 @@ def run_plan(
     log, files = read_log(job, corpus)
     entries = log.entries if log else ()
     memo: dict[str, list[str]] = {}
+    # one batch, through the on-disk cache: a re-plan of an unchanged log embeds nothing
+    from residency.index.query_vectors import log_query_vectors  # numpy, faiss: when run
+
+    vectors = log_query_vectors(index, (e.query for e in entries))
 
     def search(query: str, k: int) -> list[str]:
         if query not in memo:  # mass and co-asked pairs read the same top hits
-            memo[query] = [h.section_id for h in index.search(query, DEFAULT_DEPTH)]
+            hits = index.search_all(query, DEFAULT_DEPTH, vectors.get(query))["hybrid"]
+            memo[query] = [h.section_id for h in hits]
         return memo[query][:k]
 
     mass = attribute_queries(entries, search, DEFAULT_DEPTH) if entries else {}

