@@ -229,7 +229,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 # A test runs the residency CLI in a subprocess when it (or a fixture it depends on) calls one of
 # these helpers, or calls subprocess with the string "residency" in its code: it is marked `cli`,
 # which `make test-fast` leaves out.
-_SUBPROCESS_CLI = frozenset({"run_cli", "run_capacity_cli", "run_bench_cli", "subprocess_cli"})
+_SUBPROCESS_CLI = frozenset(
+    {"run_cli", "run_main", "run_capacity_cli", "run_bench_cli", "subprocess_cli"}
+)
 
 
 def _runs_the_cli(func: object, module: object, depth: int = 3) -> bool:

@@ -293,4 +293,7 @@ def test_planner_and_vllms_functions_match_a_tensor_parallel_hybrid_server(
         env=(("VLLM_CPU_OMP_THREADS_BIND", _bind_per_rank(2)),),
         name="hybrid-tp2",
     )
-    _assert_server_agrees(vllm_pool, vllm_pool.get(spec), spec, parallel)
+    try:
+        _assert_server_agrees(vllm_pool, vllm_pool.get(spec), spec, parallel)
+    finally:
+        vllm_pool.release(spec)  # two ranks' worth of memory: no other test uses it

@@ -6,17 +6,15 @@ per case; the plan fixture and the relative-path case run as subprocesses, as a 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 import subprocess
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from residency_cli import run_main
 
 from residency.corpus.samples import EN_SAMPLE
 from residency.index import build_index
@@ -61,25 +59,8 @@ def subprocess_cli(*args: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedPro
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """`residency ARGS` through `residency.cli.main` in this process (exit code, stdout, stderr
-    as a child's would be)."""
-    from residency.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = 0
-    argv = sys.argv
-    sys.argv = ["residency", *args]
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            main()
-    except SystemExit as exc:
-        code = exc.code
-    except BaseException:  # a bug: shown as a child's traceback would be
-        err.write("Traceback (most recent call last):\n" + traceback.format_exc())
-        code = 1
-    finally:
-        sys.argv = argv
-    return subprocess.CompletedProcess(list(args), int(code or 0), out.getvalue(), err.getvalue())
+    """`residency ARGS` through `residency.cli.main` in this process."""
+    return run_main(*args)
 
 
 def assert_one_line(done: subprocess.CompletedProcess[str], *fragments: str) -> str:

@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -90,8 +91,9 @@ CHUNK_TOKENS = 512
 
 
 @pytest.fixture(scope="module")
-def pool_server(vllm_pool: VllmServerPool, hybrid_model_dir: Path) -> VllmServer:
-    """The hybrid model with a 64-block pool and 512-token prefill chunks."""
+def pool_server(vllm_pool: VllmServerPool, hybrid_model_dir: Path) -> Iterator[VllmServer]:
+    """The hybrid model with a 64-block pool and 512-token prefill chunks (this module's own:
+    stopped when it ends)."""
     spec = ServerSpec(
         hybrid_model_dir,
         (
@@ -101,7 +103,8 @@ def pool_server(vllm_pool: VllmServerPool, hybrid_model_dir: Path) -> VllmServer
         max_model_len=2048,
         name="hybrid-pool",
     )  # fmt: skip
-    return vllm_pool.get(spec)
+    yield vllm_pool.get(spec)
+    vllm_pool.release(spec)
 
 
 @pytest.mark.parametrize("prefix_tokens", [256, 1024], ids=["one-chunk", "two-chunks"])

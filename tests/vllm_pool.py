@@ -71,7 +71,7 @@ class VllmServerPool:
         *,
         python: Path,
         dtype: DtypeChoice,
-        max_alive: int = 4,
+        max_alive: int = 3,
         before_start: Callable[[], None] | None = None,
         startup_timeout_s: float = 600.0,
     ) -> None:
@@ -114,6 +114,14 @@ class VllmServerPool:
         server = self._start(spec, shared=True)
         self._shared[spec] = server
         return server
+
+    def release(self, spec: ServerSpec) -> None:
+        """Stop the shared server of `spec` now (a configuration one module uses: its memory,
+        2-4 GB, goes back before the next module starts its own)."""
+        server = self._shared.pop(spec, None)
+        self._pinned.discard(spec)
+        if server is not None:
+            server.stop()
 
     def private(self, spec: ServerSpec, *, port: int | None = None) -> VllmServer:
         """A server of its own for a test that stops, kills or restarts it (stopped by
