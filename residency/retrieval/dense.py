@@ -12,6 +12,8 @@ Either way a flat scan reads all 154 MB per query, so it is memory-bound near 5 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +40,9 @@ DEFAULT_HNSW_THRESHOLD = 200_000
 FORMAT_VERSION: Literal[1] = 1
 
 IndexKind = Literal["flat-ip", "hnsw-ip"]
+
+
+RECENT_QUERIES = 4096  # query vectors a retriever keeps (~6 MB at 384 float32 each)
 
 
 class DenseMeta(BaseModel):
@@ -94,6 +99,10 @@ class DenseRetriever:
             if index_kind == "flat-ip"
             else None
         )
+        # The router searches one question at a time, and the same questions come back: their
+        # vectors are kept (a repeated question costs a dictionary lookup, not a forward pass).
+        self._recent: OrderedDict[str, NDArray[np.float32]] = OrderedDict()
+        self._recent_lock = threading.Lock()
 
     @classmethod
     def from_vectors(
@@ -115,9 +124,24 @@ class DenseRetriever:
         return cls(ids, index, embedder, kind)
 
     def search(self, query: str, k: int) -> list[Hit]:
-        """Embed ``query`` with the embedder's query side, then `search_vector`."""
+        """Embed ``query`` with the embedder's query side (the last `RECENT_QUERIES` kept), then
+        `search_vector`."""
         check_k(k)
-        return self.search_vector(self.embedder.embed_queries([query])[0], k)
+        return self.search_vector(self.query_vector(query), k)
+
+    def query_vector(self, query: str) -> NDArray[np.float32]:
+        """The query's vector, from the recently asked ones or the embedder."""
+        with self._recent_lock:
+            kept = self._recent.get(query)
+            if kept is not None:
+                self._recent.move_to_end(query)
+                return kept
+        vector: NDArray[np.float32] = self.embedder.embed_queries([query])[0]
+        with self._recent_lock:
+            self._recent[query] = vector
+            while len(self._recent) > RECENT_QUERIES:
+                self._recent.popitem(last=False)
+        return vector
 
     def search_vector(self, vector: NDArray[Any], k: int) -> list[Hit]:
         """The ``k`` nearest documents to one query vector (cosine, best first)."""
