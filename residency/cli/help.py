@@ -15,12 +15,9 @@ help module (rich.markdown, markdown-it: ~40 ms of every `--help`, issue #23).
 from __future__ import annotations
 
 import inspect
+import textwrap
 
-from rich.console import Console, Group, RenderableType
-from rich.padding import Padding
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console
 from typer import _click as click  # typer ships its own click; its commands are built on it
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 from typer.main import Typer
@@ -47,25 +44,54 @@ def _records(command: click.Command, ctx: click.Context) -> dict[str, list[tuple
     return panels
 
 
-def _panel_body(rows: list[tuple[str, str, bool]], width: int) -> RenderableType:
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` wrapped at spaces to ``width`` columns (a longer word is cut), as rich wraps."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        lines.extend(
+            textwrap.wrap(paragraph, max(width, 1), break_on_hyphens=False, tabsize=1) or [""]
+        )
+    return lines
+
+
+class _Style:
+    """ANSI styles when the console has colour, else nothing (pipes, NO_COLOR, TERM=dumb)."""
+
+    def __init__(self, colour: bool) -> None:
+        self.colour = colour
+
+    def __call__(self, text: str, codes: str) -> str:
+        return f"\x1b[{codes}m{text}\x1b[0m" if self.colour and text else text
+
+
+def _panel(title: str, rows: list[tuple[str, str, bool]], width: int, style: _Style) -> list[str]:
+    """A rounded box titled ``title``: each row's names in a column never cut (a longer one on
+    its own line, the help indented below it), the help wrapped beside."""
+    inner = width - 4  # border and one space each side
     name_width = max(len(names) + (2 if required else 0) for names, _, required in rows)
-    column = min(name_width, max(int(width * NAME_SHARE), 16))
-    parts: list[RenderableType] = []
+    column = min(name_width, max(int(inner * NAME_SHARE), 16))
+    body: list[tuple[str, int]] = []  # (styled text, its visible width)
     for names, help_text, required in rows:
-        label = Text(names, style="bold cyan", no_wrap=True, overflow="fold")
-        if required:
-            label = Text.assemble(("* ", "red"), label)
-        help_renderable = Text(help_text)
-        if label.cell_len <= column:
-            grid = Table.grid(padding=(0, 2))
-            grid.add_column(width=column, no_wrap=True)
-            grid.add_column(ratio=1)
-            grid.add_row(label, help_renderable)
-            parts.append(grid)
+        plain = ("* " if required else "") + names
+        styled = (style("* ", "31") if required else "") + style(names, "1;36")
+        if len(plain) <= column:
+            helps = _wrap(help_text, inner - column - 2) if help_text else [""]
+            pad = " " * (column - len(plain) + 2)
+            body.append((styled + pad + helps[0], column + 2 + len(helps[0])))
+            body.extend((" " * (column + 2) + h, column + 2 + len(h)) for h in helps[1:])
         else:
-            parts.append(label)
-            parts.append(Padding(help_renderable, (0, 0, 0, 4)))
-    return Group(*parts)
+            for start in range(0, len(plain), inner):  # folded, as rich folds
+                piece = plain[start : start + inner]
+                body.append((style(piece, "1;36"), len(piece)))
+            if help_text:
+                body.extend(("    " + h, 4 + len(h)) for h in _wrap(help_text, inner - 4))
+    border = "2"
+    head = f"╭─ {title} "
+    out = [style(head, border) + style("─" * (width - len(head) - 1) + "╮", border)]
+    bar = style("│", border)
+    out.extend(f"{bar} {text}{' ' * max(inner - seen, 0)} {bar}" for text, seen in body)
+    out.append(style("╰" + "─" * (width - 2) + "╯", border))
+    return out
 
 
 def _first_paragraph(text: str | None) -> str:
@@ -77,32 +103,28 @@ def _first_paragraph(text: str | None) -> str:
 
 def render_command_help(command: click.Command, ctx: click.Context, console: Console) -> None:
     """Print `command`'s help on `console` (usage, description, option panels; a group's
-    commands last)."""
+    commands last). Drawn as plain lines (ANSI colour where the console has it): rich's panel
+    and table layout cost more than the rest of a `--help`."""
+    width = console.width
+    style = _Style(console.color_system is not None and not console.no_color)
     pieces = " ".join(command.collect_usage_pieces(ctx))
-    console.print(Text.assemble(" Usage: ", (f"{ctx.command_path} {pieces}", "bold")))
-    console.print()
+    usage = _wrap(f" Usage: {ctx.command_path} {pieces}", width)
+    lines = [usage[0].replace(" Usage: ", " Usage: " + "\x1b[1m", 1) + "\x1b[0m"
+             if style.colour else usage[0], *usage[1:], ""]  # fmt: skip
     if command.help:
         text = inspect.cleandoc(command.help).split("\f")[0]
         # Docstring line breaks are not paragraph breaks: rewrap each paragraph to the width.
         for paragraph in text.split("\n\n"):
-            console.print(Padding(Text(" ".join(paragraph.split())), (0, 1)))
-            console.print()
+            lines.extend(" " + line for line in _wrap(" ".join(paragraph.split()), width - 2))
+            lines.append("")
     panels = _records(command, ctx)
     order = [ARGUMENTS_PANEL, DEFAULT_PANEL] + [
         p for p in panels if p not in (ARGUMENTS_PANEL, DEFAULT_PANEL)
     ]
-    inner = console.width - 4  # panel border and padding
     for name in order:
         rows = panels.get(name)
         if rows:
-            console.print(
-                Panel(
-                    _panel_body(rows, inner),
-                    title=name,
-                    title_align="left",
-                    border_style="dim",
-                )
-            )
+            lines.extend(_panel(name, rows, width, style))
     if isinstance(command, TyperGroup):
         summary = getattr(command, "summary", None)
         if callable(summary):  # a lazy group: each command's help without importing it
@@ -114,14 +136,9 @@ def render_command_help(command: click.Command, ctx: click.Context, console: Con
                 if (sub := command.get_command(ctx, name)) is not None and not sub.hidden
             ]
         if rows:
-            console.print(
-                Panel(
-                    _panel_body(rows, inner),
-                    title=COMMANDS_PANEL,
-                    title_align="left",
-                    border_style="dim",
-                )
-            )
+            lines.extend(_panel(COMMANDS_PANEL, rows, width, style))
+    console.file.write("\n".join(lines) + "\n")
+    console.file.flush()
 
 
 class ResidencyCommand(TyperCommand):

@@ -216,6 +216,13 @@ def spec_of(model: type[BaseModel]) -> CommandSpec:
     return CommandSpec(model, leaves)
 
 
+def _is_date(annotation: Any) -> bool:
+    """``date`` or ``date | None`` (datetime alike)."""
+    members = typing.get_args(annotation) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else (annotation,)  # fmt: skip
+    return any(m in (dt.date, dt.datetime) for m in members)
+
+
 def _option(leaf: Leaf) -> Any:
     flags = [d for decl in leaf.flag.decls for d in decl.split("/") if d.startswith("--")]
     extra: dict[str, Any] = {}
@@ -223,6 +230,8 @@ def _option(leaf: Leaf) -> Any:
         extra["envvar"] = leaf.flag.envvar
     if leaf.flag.metavar:
         extra["metavar"] = leaf.flag.metavar
+    elif _is_date(leaf.field.annotation):  # typer reads it as text: say what text
+        extra["metavar"] = "<date>"
     decls = leaf.flag.decls
     help_ = help_text(leaf.field.description, flags or [flag_of(leaf.param)])
     if leaf.flag.argument:
