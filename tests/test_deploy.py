@@ -71,7 +71,9 @@ def live_router(
         LocalTokenizer(tiny_tokenizer_dir), None,
     )  # fmt: skip
     plan = root / "plan.json"
-    done = run_cli("plan", "--index", str(root / "index"), "--max-model-len", "8192", "-o", str(plan))
+    done = run_cli(
+        "plan", "--index", str(root / "index"), "--max-model-len", "8192", "-o", str(plan)
+    )
     assert done.returncode == 0, done.stderr
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
