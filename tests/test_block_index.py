@@ -43,9 +43,12 @@ def test_a_chain_is_learned_from_stores_then_evicted_then_restored() -> None:
     # A request's first two blocks, then (next step) its third, parent = the second.
     change = index.apply([stored(["a", "b"], None, range(8))])
     assert (index.resident_blocks("p0"), index.total_blocks("p0")) == (2, 3)
-    assert change.restored == () and not index.whole("p0")
+    assert change.restored == ()
+    assert not index.whole("p0")
     change = index.apply([stored(["c"], "b", range(8, 12))])
-    assert change.restored == ("p0",) and index.whole("p0") and index.learned("p0")
+    assert change.restored == ("p0",)
+    assert index.whole("p0")
+    assert index.learned("p0")
     # Another sequence's blocks with the same tokens under another parent are not the prefix.
     index.apply([stored(["x"], "other", range(4))])
     assert index.resident_blocks("p0") == 3
@@ -55,17 +58,20 @@ def test_a_chain_is_learned_from_stores_then_evicted_then_restored() -> None:
     change = index.apply([removed(["c"])])
     assert change.evicted == ()  # already short: one eviction per loss
     change = index.apply([stored(["b", "c"], "a", range(4, 12))])
-    assert change.restored == ("p0",) and index.whole("p0")
+    assert change.restored == ("p0",)
+    assert index.whole("p0")
 
 
 def test_blocks_cached_before_tracking_are_learned_from_a_full_report() -> None:
     index = BlockIndex()
     index.apply([stored(["a", "b", "c"], None, range(12))])  # cached before the plan was known
     index.set_prefixes([Chain("p0", tuple(range(13)))])
-    assert index.resident_blocks("p0") == 0 and not index.learned("p0")
+    assert index.resident_blocks("p0") == 0
+    assert not index.learned("p0")
     # kv_cache_report_mode "full": vLLM reports the blocks a request found cached, from block 0.
     change = index.apply([stored(["a", "b", "c"], None, range(12))])
-    assert change.restored == ("p0",) and index.learned("p0")
+    assert change.restored == ("p0",)
+    assert index.learned("p0")
 
 
 def test_two_prefixes_sharing_a_head_share_its_blocks() -> None:
@@ -75,7 +81,8 @@ def test_two_prefixes_sharing_a_head_share_its_blocks() -> None:
                         Chain("p1", (*head, 200, 201, 202, 203, 9))])  # fmt: skip
     index.apply([stored(["h0", "h1", "x"], None, [*head, 100, 101, 102, 103])])
     index.apply([stored(["y"], "h1", [200, 201, 202, 203])])
-    assert index.whole("p0") and index.whole("p1")
+    assert index.whole("p0")
+    assert index.whole("p1")
     change = index.apply([removed(["h1"])])
     assert sorted(change.evicted) == ["p0", "p1"]
     change = index.apply([removed(["y"])])
@@ -87,8 +94,10 @@ def test_a_cleared_cache_evicts_every_whole_prefix() -> None:
     index.set_prefixes([Chain("p0", tuple(range(9))), Chain("p1", tuple(range(50, 59)))])
     index.apply([stored(["a", "b"], None, range(8))])
     change = index.apply([AllBlocksCleared()])
-    assert change.cleared and change.evicted == ("p0",)
-    assert index.resident_blocks("p0") == 0 and index.learned("p0")
+    assert change.cleared
+    assert change.evicted == ("p0",)
+    assert index.resident_blocks("p0") == 0
+    assert index.learned("p0")
 
 
 def test_a_state_group_checkpoint_counts_but_does_not_teach_the_chain() -> None:
@@ -127,6 +136,7 @@ def test_reset_forgets_hashes_a_restarted_engine_may_not_reproduce() -> None:
     index.set_prefixes([Chain("p0", tuple(range(5)))])
     index.apply([stored(["a"], None, range(4))])
     index.reset()
-    assert not index.learned("p0") and index.resident_blocks("p0") == 0
+    assert not index.learned("p0")
+    assert index.resident_blocks("p0") == 0
     index.apply([stored(["a2"], None, range(4))])  # new seed, new hash, same tokens
     assert index.whole("p0")
