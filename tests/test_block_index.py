@@ -38,6 +38,8 @@ def test_cacheable_blocks_stop_before_the_last_token() -> None:
 
 
 def test_a_chain_is_learned_from_stores_then_evicted_then_restored() -> None:
+    # Evicted: a removal that takes a resident block of the prefix (each one, whole or not:
+    # a re-warm in flight may have refilled it in the meantime).
     index = BlockIndex()
     index.set_prefixes([Chain("p0", tuple(range(13)))])
     # A request's first two blocks, then (next step) its third, parent = the second.
@@ -56,7 +58,9 @@ def test_a_chain_is_learned_from_stores_then_evicted_then_restored() -> None:
     assert change.evicted == ("p0",)
     assert index.resident_blocks("p0") == 1  # only the leading run counts for a hit
     change = index.apply([removed(["c"])])
-    assert change.evicted == ()  # already short: one eviction per loss
+    assert change.evicted == ("p0",)  # another resident block lost: hit again
+    change = index.apply([removed(["x"])])
+    assert change.evicted == ()  # not the prefix's
     change = index.apply([stored(["b", "c"], "a", range(4, 12))])
     assert change.restored == ("p0",)
     assert index.whole("p0")
@@ -86,7 +90,11 @@ def test_two_prefixes_sharing_a_head_share_its_blocks() -> None:
     change = index.apply([removed(["h1"])])
     assert sorted(change.evicted) == ["p0", "p1"]
     change = index.apply([removed(["y"])])
-    assert change.evicted == ()
+    assert change.evicted == ("p1",)
+    change = index.apply([removed(["h0"])])
+    assert sorted(change.evicted) == ["p0", "p1"]
+    change = index.apply([removed(["h0"])])
+    assert change.evicted == ()  # gone already
 
 
 def test_a_cleared_cache_evicts_every_whole_prefix() -> None:

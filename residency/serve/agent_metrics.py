@@ -46,7 +46,8 @@ class AgentMetrics:
         )
         self.block_evictions = Counter(
             "residency_router_prefix_block_evictions",
-            "Times a whole prefix lost blocks on the upstream (BlockRemoved, AllBlocksCleared).",
+            "Event batches in which the upstream evicted resident blocks of the prefix "
+            "(BlockRemoved, AllBlocksCleared).",
             ("upstream", "prefix"),
             registry=r,
         )

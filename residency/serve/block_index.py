@@ -50,8 +50,9 @@ class Chain:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """What one batch did to the planned prefixes: those that lost a block while whole
-    (evicted), those whole again, and whether the cache was cleared."""
+    """What one batch did to the planned prefixes: those that lost a resident block (evicted:
+    a BlockRemoved that hit them, or a cleared cache), those whole again, and whether the
+    cache was cleared."""
 
     evicted: tuple[str, ...] = ()
     restored: tuple[str, ...] = ()
@@ -64,7 +65,7 @@ class BlockIndex:
     def __init__(self) -> None:
         self._present: dict[BlockHash, set[int]] = {}
         self._full_groups: set[int] = set()  # groups whose stores map hashes onto tokens
-        self._state_evicted: set[str] = set()
+        self._hit: set[str] = set()  # prefixes that lost a resident block in this batch
         self._chains: dict[str, Chain] = {}
         self._owners: dict[BlockHash, set[str]] = {}  # chain hash -> prefix ids
         self._waiting: dict[BlockHash | None, list[tuple[str, int]]] = {}
@@ -127,7 +128,7 @@ class BlockIndex:
     def apply(self, events: Sequence[KvEvent]) -> Change:
         """Apply one batch; the prefixes it evicted or made whole again."""
         before = {p: self._whole.get(p, False) for p in self._chains}
-        self._state_evicted = set()
+        self._hit = set()
         cleared = False
         for event in events:
             if isinstance(event, BlockStored):
@@ -135,18 +136,17 @@ class BlockIndex:
             elif isinstance(event, BlockRemoved):
                 self._removed(event)
             elif isinstance(event, AllBlocksCleared):
+                self._hit.update(p for p in self._chains if self.resident_blocks(p))
                 self._present.clear()
                 cleared = True
-        evicted: list[str] = []
         restored: list[str] = []
         for p in self._chains:
             now = self.whole(p)
             self._whole[p] = now
-            if before[p] and (not now or p in self._state_evicted):
-                evicted.append(p)
-            elif now and not before[p]:
+            if now and not before[p] and p not in self._hit:
                 restored.append(p)
-        return Change(tuple(evicted), tuple(restored), cleared)
+        evicted = tuple(p for p in self._chains if p in self._hit)
+        return Change(evicted, tuple(restored), cleared)
 
     def _held(self, h: BlockHash) -> bool:
         groups = self._present.get(h)
@@ -185,12 +185,13 @@ class BlockIndex:
             groups = self._present.get(h)
             if groups is None:
                 continue
+            if h in self._owners and (self._held(h) or group not in self._full_groups):
+                # a resident block of a prefix, or a state group's checkpoint of one
+                self._hit.update(self._owners[h])
             if group == ALL_GROUPS:
                 groups.clear()
             else:
                 groups.discard(group)
-                if group not in self._full_groups:  # a state checkpoint of a prefix went
-                    self._state_evicted.update(self._owners.get(h, ()))
             if not groups:
                 del self._present[h]
 

@@ -10,12 +10,14 @@ carrying `vllm_xargs: {"kv_cache_report_mode": "full"}`, which makes vLLM publis
 request found cached (vllm/v1/core/kv_cache_manager.py). Elsewhere keep-warm's token count
 stays in charge (residency/serve/keepwarm.py), and the log says which mode each upstream runs.
 
-A re-warm sends the prefix's warm prompt (token ids, `max_tokens` 1): the evicted blocks are
-prefilled again and the rest move to the young end of the LRU queue. It waits for the router's
-requests in flight on that upstream to finish (they allocate blocks and would evict it again;
-at most REWARM_MAX_DEFER_S), and for --rewarm-interval since the prefix's last re-warm, unless a
-request routed to that prefix arrives: that request waits for the re-warm instead of prefilling
-the prefix itself, and the re-warm goes at once.
+Every batch that removes a resident block of a prefix (`BlockStored` then `BlockRemoved` in one
+batch included: a re-warm's own blocks evicted again) schedules a re-warm unless one is waiting or
+under way. A re-warm sends the prefix's warm prompt (token ids, `max_tokens` 1): the evicted blocks
+are prefilled again and the rest move to the young end of the LRU queue. It waits for the router's
+requests in flight on that upstream to finish (they allocate blocks and would evict it again; at
+most REWARM_MAX_DEFER_S), and for --rewarm-interval since the prefix's last re-warm, unless a
+request routed to that prefix arrives: that request waits for the re-warm instead of prefilling the
+prefix itself, and the re-warm goes at once.
 """
 
 from __future__ import annotations
