@@ -221,8 +221,13 @@ def test_replay(
     events_server: VllmServer, events_plan: Path, tmp_path: Path, mode: str, traffic: str,
     record_property: Callable[[str, object], None],
 ) -> None:  # fmt: skip
-    prefixes = len(read_plan(events_plan).all_prefixes())
-    words = filler_words(events_server, DIRECT_TOKENS)
+    plan = read_plan(events_plan)
+    prefixes = len(plan.all_prefixes())
+    assert plan.arithmetic is not None
+    # More than the plan's headroom: each request of other traffic evicts planned blocks too,
+    # however young keep-warm's touches keep them.
+    other = plan.arithmetic.headroom_tokens + 8 * BLOCK_SIZE
+    words = filler_words(events_server, other)
     httpx.post(f"{events_server.base_url}/reset_prefix_cache", timeout=60)
     args = ("--retriever", "bm25", "--rewarm-interval", "0.5")
     if mode == "heuristic":
@@ -232,7 +237,10 @@ def test_replay(
             wait_for(lambda: events_ready(router, prefixes), "every prefix whole from the events")
         figures = replay(router, events_server, words, past=traffic == "past-router")
     record_property("replay", figures)
-    print(f"\nreplay {traffic} {mode} ({prefixes} prefixes): {figures}")
+    sizes = [p.tokens for p in plan.all_prefixes()]
+    headroom = plan.arithmetic.headroom_tokens
+    print(f"\nreplay {traffic} {mode}: prefixes {sizes} tokens, headroom {headroom}, "
+          f"other traffic {other} tokens: {figures}")  # fmt: skip
     if mode == "events":
         assert figures["short"] == 0, figures
         assert figures["evictions_seen"] >= 1, figures  # the traffic did evict planned prefixes

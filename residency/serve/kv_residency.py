@@ -124,6 +124,7 @@ class EngineResidency:
             source, lambda batch: self._on_batch(t, batch), lambda: self._on_reset(t)
         )
         t.task = asyncio.get_running_loop().create_task(subscriber.run())
+        t.task.add_done_callback(lambda task: self._ended(t, task))
         self._tracked[up.position] = t
         log.info(
             "upstream %s: residency from vLLM's KV events (%s, replay %s)",
@@ -202,6 +203,16 @@ class EngineResidency:
             for prefix_id in t.index.prefix_ids:
                 self._schedule(t, prefix_id, reason)
         self._publish(t)
+
+    def _ended(self, t: _Tracked, task: asyncio.Task[None]) -> None:
+        """A subscriber that failed: back to keep-warm's count on that upstream, said once."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("upstream %s: KV events from %s stopped (%s); keep-warm counts tokens",
+                  t.up.label, t.source.endpoint, task.exception())  # fmt: skip
+        if self._tracked.get(t.up.position) is t:
+            del self._tracked[t.up.position]
+        self._metrics.kv_events.labels(t.up.label).set(0)
 
     def _on_reset(self, t: _Tracked) -> None:
         """The publisher restarted: nothing is known of its cache; warm every prefix again."""
