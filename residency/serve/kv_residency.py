@@ -53,6 +53,10 @@ from residency.warm.verify import shared_prefix_ids
 log = logging.getLogger("residency.serve")
 
 REWARM_MAX_DEFER_S = 5.0  # the longest a re-warm waits for requests in flight to finish
+# A re-warm waits until no block of a planned prefix was evicted on that upstream for this long:
+# while a large request is still being prefilled (past the router too) it keeps evicting, and
+# a re-warm sent into that would only be evicted again.
+QUIET_S = 0.3
 REWARMS_IN_FLIGHT = 4  # per upstream: a burst (a cleared cache) goes out a few at a time
 POLL_S = 0.05
 REPORT_FULL = {"kv_cache_report_mode": "full"}
@@ -63,6 +67,8 @@ class _Pending:
     reason: str
     go: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    sent: bool = False
+    again: bool = False  # evicted again while the re-warm was under way: one more after it
 
 
 @dataclass(slots=True)
@@ -90,6 +96,7 @@ class EngineResidency:
         self._tracked: dict[int, _Tracked] = {}
         self._pending: dict[tuple[int, str], _Pending] = {}
         self._last_sent: dict[tuple[int, str], float] = {}
+        self._last_hit: dict[int, float] = {}  # upstream -> when a planned block was last evicted
         self._tasks: set[asyncio.Task[None]] = set()
 
     def active(self, up: Upstream) -> bool:
@@ -165,12 +172,14 @@ class EngineResidency:
     async def ready(self, up: Upstream, prefix_id: str) -> None:
         """Before a request goes to `up` with `prefix_id`: a re-warm of that prefix waiting
         there goes now, and the request waits for it (it would prefill the prefix itself)."""
-        pending = self._pending.get((up.position, prefix_id))
-        if pending is None:
-            return
-        pending.go.set()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(pending.done.wait(), self._settings.request_timeout_s)
+        deadline = time.monotonic() + self._settings.request_timeout_s
+        while (pending := self._pending.get((up.position, prefix_id))) is not None:
+            pending.go.set()  # a follow-up re-warm (evicted again meanwhile) is waited for too
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pending.done.wait(), left)
 
     async def stop(self) -> None:
         """Unsubscribe and cancel the re-warms (at shutdown)."""
@@ -191,6 +200,8 @@ class EngineResidency:
         if t.plan_key is None:
             return
         reason = "cleared" if change.cleared else "evicted"
+        if change.evicted:
+            self._last_hit[t.up.position] = time.monotonic()
         for prefix_id in change.evicted:
             self._metrics.block_evictions.labels(t.up.label, prefix_id).inc()
             log.info(
@@ -232,7 +243,11 @@ class EngineResidency:
 
     def _schedule(self, t: _Tracked, prefix_id: str, reason: str, at_once: bool = False) -> None:
         key = (t.up.position, prefix_id)
-        if key in self._pending or prefix_id not in t.prompts:
+        if prefix_id not in t.prompts:
+            return
+        waiting = self._pending.get(key)
+        if waiting is not None:
+            waiting.again = waiting.again or waiting.sent
             return
         pending = self._pending[key] = _Pending(reason)
         if at_once:
@@ -252,13 +267,15 @@ class EngineResidency:
             give_up_waiting = time.monotonic() + REWARM_MAX_DEFER_S
             while not pending.go.is_set():
                 now = time.monotonic()
-                if now >= earliest and (t.up.outstanding == 0 or now >= give_up_waiting):
+                quiet = now - self._last_hit.get(t.up.position, -1e9) >= QUIET_S
+                if now >= earliest and quiet and (t.up.outstanding == 0 or now >= give_up_waiting):
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pending.go.wait(), POLL_S)
             if not t.up.usable or t.up.model is None:
                 return
             self._last_sent[key] = time.monotonic()
+            pending.sent = True
             body = {
                 "model": t.up.model,
                 "prompt": list(t.prompts[prefix_id]),
@@ -276,6 +293,8 @@ class EngineResidency:
             log.info("upstream %s: re-warm of %s failed (%s)", t.up.label, prefix_id, exc)
         finally:
             self._pending.pop(key, None)
+            if pending.again and t.up.position in self._tracked:
+                self._schedule(t, prefix_id, pending.reason, at_once=pending.go.is_set())
             pending.done.set()
             self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
 
