@@ -227,6 +227,8 @@ def test_replay(
     # More than the plan's headroom: each request of other traffic evicts planned blocks too,
     # however young keep-warm's touches keep them.
     other = plan.arithmetic.headroom_tokens + 8 * BLOCK_SIZE
+    if traffic == "through-router":  # the question carries it: within one request's window
+        other = min(other, MAX_MODEL_LEN - max(p.tokens for p in plan.all_prefixes()) - 1024)
     words = filler_words(events_server, other)
     httpx.post(f"{events_server.base_url}/reset_prefix_cache", timeout=60)
     args = ("--retriever", "bm25", "--rewarm-interval", "0.5")
