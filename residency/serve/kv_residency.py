@@ -97,6 +97,7 @@ class EngineResidency:
         self._pending: dict[tuple[int, str], _Pending] = {}
         self._last_sent: dict[tuple[int, str], float] = {}
         self._last_hit: dict[int, float] = {}  # upstream -> when a planned block was last evicted
+        self._refreshed: dict[int, float] = {}  # upstream -> when the whole prefixes were touched
         self._tasks: set[asyncio.Task[None]] = set()
 
     def active(self, up: Upstream) -> bool:
@@ -276,15 +277,10 @@ class EngineResidency:
                 return
             self._last_sent[key] = time.monotonic()
             pending.sent = True
-            body = {
-                "model": t.up.model,
-                "prompt": list(t.prompts[prefix_id]),
-                "max_tokens": 1,
-                "temperature": 0,
-                "vllm_xargs": REPORT_FULL,
-            }
+            if pending.reason != "learn":
+                await self._refresh_others(t, prefix_id)
             async with t.slots:
-                answer = await t.up.client.generate("completions", orjson.dumps(body))
+                answer = await t.up.client.generate("completions", self._body(t, prefix_id))
             result = "ok" if answer.status_code == 200 else "failed"
             if answer.status_code != 200:
                 log.info("upstream %s: re-warm of %s answered %d", t.up.label, prefix_id,
@@ -297,6 +293,40 @@ class EngineResidency:
                 self._schedule(t, prefix_id, pending.reason, at_once=pending.go.is_set())
             pending.done.set()
             self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
+
+    def _body(self, t: _Tracked, prefix_id: str) -> bytes:
+        """The warm prompt of a prefix as token ids, one output token, blocks reported."""
+        body = {
+            "model": t.up.model,
+            "prompt": list(t.prompts[prefix_id]),
+            "max_tokens": 1,
+            "temperature": 0,
+            "vllm_xargs": REPORT_FULL,
+        }
+        return orjson.dumps(body)
+
+    async def _refresh_others(self, t: _Tracked, prefix_id: str) -> None:
+        """Before refilling a prefix, touch the planned prefixes still whole there, once per
+        burst of evictions. An eviction means the LRU front has reached the plan's blocks, and
+        the blocks a large request left behind are younger than them: the refill would evict
+        the next prefix, and its refill the one after. Touched (a hit: about one block of
+        prefill each), they are younger than those leftovers, which go first."""
+        position = t.up.position
+        if self._refreshed.get(position, -1e9) >= self._last_hit.get(position, -1e9):
+            return
+        self._refreshed[position] = time.monotonic()
+        for other in t.index.prefix_ids:
+            if other == prefix_id or not t.index.whole(other):
+                continue
+            if (position, other) in self._pending:
+                continue
+            result = "failed"
+            try:
+                answer = await t.up.client.generate("completions", self._body(t, other))
+                result = "ok" if answer.status_code == 200 else "failed"
+            except (TransportError, ResidencyError):
+                pass
+            self._metrics.rewarms.labels(t.up.label, other, "refresh", result).inc()
 
 
 def _prompts(
