@@ -232,7 +232,10 @@ def test_replay_events_against_the_heuristic(
     other = plan.arithmetic.headroom_tokens + 8 * BLOCK_SIZE
     if traffic == "through-router":  # the question carries it: within one request's window
         # (beside the prefix and up to --k retrieved passages)
-        other = min(other, MAX_MODEL_LEN - max(p.tokens for p in plan.all_prefixes()) - 3500)
+        # (here: none left beside the largest prefix, so the questions alone)
+        other = max(
+            min(other, MAX_MODEL_LEN - max(p.tokens for p in plan.all_prefixes()) - 3500), 0
+        )
     words = filler_words(events_server, other)
     figures: dict[str, dict[str, float]] = {}
     for mode in ("heuristic", "events"):

@@ -33,7 +33,7 @@ log = logging.getLogger("residency.kv_events")
 BlockHash = bytes | int
 END_SEQ = -1
 REPLAY_TIMEOUT_S = 10.0
-# A sequence number this far below the last one (or 0) means a new publisher, not a late copy.
+# A sequence number this far below the last one means a new publisher, not a late copy.
 RESTART_GAP = 1000
 # Field order of the array layout (vLLM's example subscriber declares events array_like).
 _STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id")
@@ -228,8 +228,9 @@ class KvEventSubscriber:
                 seq = int.from_bytes(frames[1], "big", signed=True)
                 last = self.last_seq
                 if last is not None and seq <= last:
-                    if seq != 0 and last - seq <= RESTART_GAP:
-                        continue  # already delivered by a replay
+                    if last - seq <= RESTART_GAP:
+                        continue  # already delivered by a replay (a restart that soon after
+                        # its start is caught when the router sees the upstream come back)
                     self._restart()  # numbering started over: a new engine
                     await self._replay(0)
                     if self.last_seq is not None and seq <= self.last_seq:
