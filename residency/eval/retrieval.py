@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import math
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,49 +24,21 @@ from residency.atomic import append_line
 from residency.errors import ConfigError
 from residency.eval.defaults import METRICS
 from residency.eval.questions import UNTYPED, Question
+from residency.retrieval.metrics import (
+    K_VALUES,
+    mrr_at_k,
+    ndcg_at_k,
+    question_metrics,
+    recall_at_k,
+)
 
 if TYPE_CHECKING:
     from residency.index import Index
 
-K_VALUES = (1, 3, 5, 10)
+__all__ = ["K_VALUES", "mrr_at_k", "ndcg_at_k", "question_metrics", "recall_at_k"]
+
 MAX_K = 10
 QUERY_BATCH = 64
-
-
-def recall_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
-    """Share of the relevant ids found in the top k.
-
-    >>> recall_at_k(["a", "b", "c"], {"c", "z"}, 3)
-    0.5
-    """
-    if not relevant:
-        raise ValueError("recall needs at least one relevant id")
-    return len(set(ranked[:k]) & set(relevant)) / len(set(relevant))
-
-
-def mrr_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
-    """1 / rank of the first relevant id in the top k, else 0.
-
-    >>> mrr_at_k(["a", "b", "c"], {"c"}, 10)
-    0.3333333333333333
-    """
-    for rank, doc in enumerate(ranked[:k], start=1):
-        if doc in relevant:
-            return 1.0 / rank
-    return 0.0
-
-
-def ndcg_at_k(ranked: Sequence[str], relevant: Collection[str], k: int) -> float:
-    """Binary-relevance nDCG: sum 1/log2(rank+1) over relevant hits, over the ideal ordering.
-
-    >>> round(ndcg_at_k(["a", "b"], {"b"}, 10), 4)   # 1/log2(3)
-    0.6309
-    """
-    if not relevant:
-        raise ValueError("nDCG needs at least one relevant id")
-    dcg = sum(1.0 / math.log2(r + 1) for r, d in enumerate(ranked[:k], 1) if d in relevant)
-    ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(set(relevant)), k) + 1))
-    return dcg / ideal
 
 
 class MetricSet(BaseModel):
@@ -86,14 +57,6 @@ class MetricSet(BaseModel):
     def value(self, metric: str) -> float:
         """The value of 'R@10', 'MRR@10', ... (see METRICS)."""
         return float(getattr(self, METRICS[metric]))
-
-
-def question_metrics(ranked: Sequence[str], relevant: Collection[str]) -> dict[str, float]:
-    """Every metric of one question's section ranking, keyed by MetricSet field."""
-    out = {f"recall_at_{k}": recall_at_k(ranked, relevant, k) for k in K_VALUES}
-    out["mrr_at_10"] = mrr_at_k(ranked, relevant, 10)
-    out["ndcg_at_10"] = ndcg_at_k(ranked, relevant, 10)
-    return out
 
 
 def mean_metrics(rows: Sequence[dict[str, float]]) -> MetricSet:

@@ -230,6 +230,26 @@ def run_plan(
     else:
         index = open_index(job.index_dir, backend=job.backend)
     log, files = read_log(job, corpus)
+    encoder = encoder_for(job, index, sample)
+    plan = plan_from_log(
+        index, log, files, snapshot(report), encoder, job.settings, job.pins, job.excludes
+    )
+    return report, plan
+
+
+def plan_from_log(
+    index: Index,
+    log: LogRead | None,
+    files: tuple[LogFileSummary, ...],
+    capacity: CapacitySnapshot,
+    encoder: ModelTokenizer,
+    settings: PlanSettings,
+    pins: tuple[str, ...] = (),
+    excludes: tuple[str, ...] = (),
+) -> ResidencyPlan:
+    """The residency part of `run_plan`: `log`'s questions attributed to sections, the
+    sections chosen and grouped into prefixes within `capacity` (also what the router's
+    re-planning calls with a window of its query log and the served plan's capacity)."""
     entries = log.entries if log else ()
     memo: dict[str, list[str]] = {}
     # one batch, through the on-disk cache: a re-plan of an unchanged log embeds nothing
@@ -252,26 +272,25 @@ def run_plan(
         files=files,
     )
     options = PlanOptions(
-        strategy=job.settings.strategy,
-        pins=job.pins,
-        excludes=job.excludes,
-        seed=job.settings.seed,
+        strategy=settings.strategy,
+        pins=pins,
+        excludes=excludes,
+        seed=settings.seed,
         log_summary=summary,
     )
     affinity: dict[Pair, float] = {}
-    if job.settings.strategy == "planner" and job.settings.prefixes != 1:
+    if settings.strategy == "planner" and settings.prefixes != 1:
         affinity = merge_affinity(co_asked(entries, search, DEFAULT_DEPTH), index_closeness(index))
-    plan = build_prefix_plan(
+    return build_prefix_plan(
         index,
         mass,
         affinity,
-        snapshot(report),
-        encoder_for(job, index, sample),
+        capacity,
+        encoder,
         options,
-        job.settings.prefixes,
-        job.settings.shared_tokens,
+        settings.prefixes,
+        settings.shared_tokens,
     )
-    return report, plan
 
 
 def index_closeness(index: Index) -> dict[Pair, float]:

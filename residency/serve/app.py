@@ -21,9 +21,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from residency.errors import ResidencyError, UpstreamMismatchError
+from residency.serve.canary import RecallCanary
 from residency.serve.errors import error_response, unavailable
 from residency.serve.guard import RequestGuard, Slots
+from residency.serve.kv_residency import EngineResidency
 from residency.serve.reload import PlanReloader
+from residency.serve.replan import Replanner
 from residency.serve.router import Router
 from residency.serve.settings import WATCH_PLAN_INTERVAL_S, ServeSettings
 from residency.serve.state import ServingState
@@ -45,7 +48,12 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
     state: dict[str, Router] = {}
 
     async def on_join(up: Upstream) -> bool:
+        engine = state["router"].keep_warm.engine if "router" in state else None
+        if engine is not None:  # before the warm, so that its stores are seen
+            await engine.attach(up)
         if not settings.warm:
+            if engine is not None:
+                engine.refresh_soon(up)
             return True
         options = WarmOptions(
             server=up.url,
@@ -88,11 +96,21 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
             )
             await anyio.to_thread.run_sync(serving.builder.warm_up)
             router = state["router"] = Router(settings, serving, pool, http, metrics, slots)
+            router.keep_warm.engine = EngineResidency(
+                settings, metrics.agent, lambda: router.state.builder.plan
+            )
             await pool.start()
             tasks: set[asyncio.Task[object]] = {asyncio.create_task(_sync_log_every(router, 1.0))}
             reloader = PlanReloader(settings, router, metrics)
             if settings.watch_plan:
                 tasks.add(asyncio.create_task(reloader.watch(WATCH_PLAN_INTERVAL_S)))
+            agent = settings.agent
+            if agent.replan_every_s is not None and settings.log is not None:
+                replanner = Replanner(settings, reloader, metrics.agent, settings.log)
+                tasks.add(asyncio.create_task(replanner.run()))
+            if agent.canary is not None:
+                canary = RecallCanary(agent, metrics.agent, lambda: router.state)
+                tasks.add(asyncio.create_task(canary.run()))
             loop = asyncio.get_running_loop()
 
             def on_sighup() -> None:  # logrotate's signal and the plan's, both

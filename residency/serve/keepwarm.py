@@ -23,6 +23,10 @@ What the router cannot see it cannot count: requests sent to vLLM past the route
 prefixes too (`residency warm --watch` probes on a clock). Every request whose usage shows fewer
 cached tokens than its prefix minus one block is counted in `residency_router_prefix_evictions`,
 with keep-warm on or off.
+
+All of this is the fallback. An upstream that publishes KV events reports what it stores and
+evicts, whoever sent the request: there the router knows each prefix's resident blocks and
+re-warms one when vLLM evicts it (residency/serve/kv_residency.py), and sends no touches.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import orjson
 
 from residency.errors import ResidencyError
 from residency.planning.plan_model import ResidencyPlan
+from residency.serve.kv_residency import EngineResidency
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import Upstream
 from residency.vllm_client import TransportError, Usage
@@ -96,10 +101,19 @@ class KeepWarm:
         self._slots: dict[int, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._policy: KeepWarmPolicy | None = None
+        self.engine: EngineResidency | None = None  # KV-event residency, where published
 
     def warmed(self, up: Upstream) -> None:
-        """`up` was just warmed (it joined or came back): every prefix is young on it."""
+        """`up` was just warmed (it joined or came back, or a new plan was swapped in): every
+        prefix is young on it, and KV-event residency tracks the plan's prefixes anew."""
         self._age = {k: v for k, v in self._age.items() if k[0] != up.position}
+        if self.engine is not None:
+            self.engine.refresh_soon(up)
+
+    async def ready(self, up: Upstream, prefix_id: str) -> None:
+        """Before a request goes to `up`: wait for a re-warm of its prefix under way there."""
+        if self.engine is not None:
+            await self.engine.ready(up, prefix_id)
 
     def age(self, up: Upstream, prefix_id: str) -> int | None:
         """New tokens `up` allocated since the current plan's `prefix_id` was last used."""
@@ -122,6 +136,8 @@ class KeepWarm:
         self._account(up, policy, prefix_id, usage)
         if policy.threshold_tokens is None or up.model is None or not up.usable:
             return
+        if self.engine is not None and self.engine.active(up):
+            return  # the engine's own events say when a prefix needs warming
         for due, key in policy.hashes.items():
             k = (up.position, key)
             if self._age[k] >= policy.threshold_tokens and k not in self._in_flight:
@@ -171,7 +187,9 @@ class KeepWarm:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def stop(self) -> None:
-        """Cancel the touches in flight (at shutdown)."""
+        """Cancel the touches and re-warms in flight (at shutdown)."""
+        if self.engine is not None:
+            await self.engine.stop()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

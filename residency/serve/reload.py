@@ -43,23 +43,25 @@ class PlanReloader:
         self._trying: str | None = None  # the sha256 of the plan being tried, once read
         self._stat: tuple[int, int] | None = _stat(settings.plan)
 
-    async def reload(self, trigger: str) -> str:
-        """Try the plan file now: 'ok' (swapped), 'refused' (old plan kept) or 'unchanged'."""
+    async def reload(self, trigger: str, data: bytes | None = None) -> str:
+        """Try the plan file now (or `data`, a plan made in process: the re-planner's): 'ok'
+        (swapped), 'refused' (old plan kept) or 'unchanged'."""
         async with self._lock:
             old = self.router.state
             try:
-                return await self._reload(trigger)
+                return await self._reload(trigger, data)
             except Exception as exc:  # every failure is a refusal, said once
                 if not isinstance(exc, ResidencyError):  # the stack, for whoever looks deeper
                     log.debug("plan reload (%s) failed", trigger, exc_info=exc)
                 why = str(exc) if isinstance(exc, ResidencyError) else _describe(exc)
                 return self._refuse(trigger, old, why, self._trying)
 
-    async def _reload(self, trigger: str) -> str:
+    async def _reload(self, trigger: str, data: bytes | None = None) -> str:
         started = time.perf_counter()
         old = self.router.state
         self._trying = None
-        data = await anyio.to_thread.run_sync(read_plan_bytes, self.settings.plan)
+        if data is None:
+            data = await anyio.to_thread.run_sync(read_plan_bytes, self.settings.plan)
         new_sha = self._trying = plan_sha256(data)
         self._tried_sha256 = new_sha
         if new_sha == old.plan_sha256:
@@ -122,6 +124,11 @@ class PlanReloader:
         cached = sum(p.cached_tokens for p in report.prefixes)
         proven = sum(p.resident for p in report.prefixes)
         return f"{proven}/{len(report.prefixes)} proven cached, {cached:,} tokens"
+
+    def written(self) -> None:
+        """The plan file was just rewritten with the plan being served (by the re-planner):
+        `--watch-plan` has nothing to reload."""
+        self._stat = _stat(self.settings.plan)
 
     async def watch(self, interval_s: float) -> None:
         """Poll the plan file; reload when its content changes (mtime and size first, then

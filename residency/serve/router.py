@@ -155,6 +155,7 @@ class Router:
             except NoUpstreamError:
                 return self._finish_error(ex, unavailable(len(self.pool.upstreams)))
             try:
+                await self.keep_warm.ready(up, retrieval.prefix_id)  # a re-warm under way
                 payload = await self._payload(up, endpoint, body, assembled, large)
                 if stream:
                     return await self._stream(request, ex, up, payload, client_usage)
@@ -324,13 +325,13 @@ class Router:
 
     def _log(self, ex: Exchange) -> None:
         """Count the request and append its query-log line."""
-        route = ex.ctx.retrieval.route
-        status = ex.outcome
+        r = ex.ctx.retrieval
+        route, status = r.route, ex.outcome
         self.metrics.requests.labels(ex.endpoint, route, status).inc()
         self.metrics.prefix_requests.labels(ex.ctx.retrieval.prefix_id).inc()
         usage = Usage.of(ex.usage)
         if usage.prompt_tokens is not None:
-            self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens)
+            self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens, r.prefix_id)
             if ex.upstream is not None:
                 self.keep_warm.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
         if ex.ttft_s is not None and ex.outcome == "ok":
@@ -339,7 +340,6 @@ class Router:
             self.metrics.forward.observe(ex.forward_s)
         if self.log is None:
             return
-        r = ex.ctx.retrieval
         prune = ex.ctx.prune
         record = RouterLogRecord(
             query=r.question,

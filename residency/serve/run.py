@@ -7,7 +7,9 @@ import socket
 
 from residency.errors import ConfigError
 from residency.serve.app import create_app
+from residency.serve.canary import read_canary
 from residency.serve.protocol import header_limited_protocol
+from residency.serve.replan import check_replan
 from residency.serve.settings import ServeSettings
 from residency.serve.state import load_state
 
@@ -18,6 +20,9 @@ def run_server(settings: ServeSettings) -> None:
     import uvicorn
 
     _check_port(settings.host, settings.port)
+    check_replan(settings)
+    if settings.agent.canary is not None:
+        read_canary(settings.agent.canary)  # a bad labelled set is refused before serving
     serving = load_state(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config = uvicorn.Config(

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from residency.flags import Flag, Section
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 from residency.routing import RoutingSettings
+from residency.serve.agent_settings import AGENT, AgentSettings
 from residency.serve.pruner_settings import PrunerSettings
 
 RetrieverName = Literal["hybrid", "bm25", "dense", "qdrant"]
@@ -142,6 +143,10 @@ class ServeSettings(BaseModel):
         default=True,
         description="Touch a prefix no question has used while the others' traffic allocated "
         "half the plan's headroom, before vLLM's LRU evicts it (plans with several prefixes).",
+    )
+    agent: Annotated[AgentSettings, Section(panel=AGENT)] = Field(
+        default_factory=lambda: AgentSettings(),
+        description="KV events, re-planning and the recall canary.",
     )
     watch_plan: Annotated[bool, Flag("--watch-plan")] = Field(
         default=False,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from residency.serve.agent_metrics import AgentMetrics
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _RETRIEVAL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
@@ -137,6 +139,7 @@ class RouterMetrics:
             "for n (or best_of) completions.",
             registry=r,
         )
+        self.agent = AgentMetrics(r)
         for result in ("ok", "refused"):  # both series from the start, at 0
             self.plan_reloads.labels(result)
         for reason in ("SIGHUP", "SIGUSR1", "replaced", "vanished"):
@@ -145,8 +148,13 @@ class RouterMetrics:
         self._prompt_total = 0
         self._cached_total = 0
 
-    def record_usage(self, route: str, prompt_tokens: int, cached_tokens: int | None) -> None:
-        """Count one request's usage and refresh the hit ratio."""
+    def record_usage(
+        self, route: str, prompt_tokens: int, cached_tokens: int | None, prefix: str | None = None
+    ) -> None:
+        """Count one request's usage and refresh the hit ratios (overall, its route's and, when
+        given, its prefix's)."""
+        if prefix is not None:
+            self.agent.record_usage(prefix, route, prompt_tokens, cached_tokens)
         self.prompt_tokens.labels(route).inc(prompt_tokens)
         self._prompt_total += prompt_tokens
         if cached_tokens is not None:

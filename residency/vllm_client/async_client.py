@@ -156,6 +156,17 @@ class AsyncVllmClient:
         except (TransportError, orjson.JSONDecodeError, KeyError, IndexError, TypeError):
             return None
 
+    async def kv_event_sources(self, timeout_s: float = 10.0) -> Any:
+        """vLLM's `/kv_event_sources` answer (the KV-event publisher config per data-parallel
+        rank), or None when the server cannot say (an older vLLM, an error, no answer)."""
+        try:
+            answer = await self._post_or_get(
+                "GET", endpoints.KV_EVENT_SOURCES, None, _total(timeout_s)
+            )
+            return orjson.loads(answer.content) if answer.status_code == 200 else None
+        except (TransportError, orjson.JSONDecodeError):
+            return None
+
     async def tokenize_chat(
         self, model: str, messages: list[Any], add_generation_prompt: bool = True
     ) -> list[int]:

@@ -13,6 +13,7 @@ CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 IS_SLEEPING = "/is_sleeping"  # VLLM_SERVER_DEV_MODE=1 only
 RESET_PREFIX_CACHE = "/reset_prefix_cache"  # VLLM_SERVER_DEV_MODE=1 only
+KV_EVENT_SOURCES = "/kv_event_sources"  # the KV-event publishers (--kv-events-config), per rank
 
 Generation = Literal["chat", "completions"]
 GENERATION_PATHS: dict[Generation, str] = {"chat": CHAT, "completions": COMPLETIONS}

@@ -1,0 +1,341 @@
+"""Residency from the engine: each upstream's KV events (residency/vllm_client/kv_events.py)
+fed into a `BlockIndex`, every planned prefix's resident blocks in metrics, and a re-warm of a
+prefix as soon as vLLM reports its blocks evicted.
+
+An upstream is in events mode once `GET /kv_event_sources` lists a ZMQ publisher; the router
+then subscribes (replaying the publisher's buffer first), renders each prefix's shared prompt
+through the upstream's `/tokenize` (the token ids warm sends) and matches it against the stored
+blocks. A prefix whose blocks were cached before the router listened is learned with one probe
+carrying `vllm_xargs: {"kv_cache_report_mode": "full"}`, which makes vLLM publish the blocks a
+request found cached (vllm/v1/core/kv_cache_manager.py). Elsewhere keep-warm's token count
+stays in charge (residency/serve/keepwarm.py), and the log says which mode each upstream runs.
+
+Every batch that removes a resident block of a prefix (`BlockStored` then `BlockRemoved` in one
+batch included: a re-warm's own blocks evicted again) schedules a re-warm unless one is waiting or
+under way. A re-warm sends the prefix's warm prompt (token ids, `max_tokens` 1): the evicted blocks
+are prefilled again and the rest move to the young end of the LRU queue. It waits for the router's
+requests in flight on that upstream to finish (they allocate blocks and would evict it again; at
+most REWARM_MAX_DEFER_S), and for --rewarm-interval since the prefix's last re-warm, unless a
+request routed to that prefix arrives: that request waits for the re-warm instead of prefilling the
+prefix itself, and the re-warm goes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import orjson
+
+from residency.errors import ResidencyError
+from residency.planning.plan_model import ResidencyPlan
+from residency.serve.agent_metrics import AgentMetrics
+from residency.serve.block_index import BlockIndex, Chain
+from residency.serve.settings import ServeSettings
+from residency.serve.upstreams import Upstream
+from residency.vllm_client import TransportError, VllmClient
+from residency.vllm_client.kv_events import (
+    EventBatch,
+    EventSource,
+    KvEventSubscriber,
+    first_source,
+    sources_from,
+    stop_task,
+)
+from residency.warm.verify import shared_prefix_ids
+
+log = logging.getLogger("residency.serve")
+
+REWARM_MAX_DEFER_S = 5.0  # the longest a re-warm waits for requests in flight to finish
+# A re-warm waits until no block of a planned prefix was evicted on that upstream for this long:
+# while a large request is still being prefilled (past the router too) it keeps evicting, and
+# a re-warm sent into that would only be evicted again.
+QUIET_S = 0.3
+REWARMS_IN_FLIGHT = 4  # per upstream: a burst (a cleared cache) goes out a few at a time
+POLL_S = 0.05
+REPORT_FULL = {"kv_cache_report_mode": "full"}
+
+
+@dataclass(slots=True)
+class _Pending:
+    reason: str
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    sent: bool = False
+    again: bool = False  # evicted again while the re-warm was under way: one more after it
+
+
+@dataclass(slots=True)
+class _Tracked:
+    """One upstream in events mode."""
+
+    up: Upstream
+    source: EventSource
+    index: BlockIndex = field(default_factory=BlockIndex)
+    task: asyncio.Task[None] | None = None
+    prompts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    plan_key: tuple[str, ...] | None = None  # the prefix hashes the chains belong to
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(REWARMS_IN_FLIGHT))
+
+
+class EngineResidency:
+    """KV-event residency for every upstream that publishes events, and its re-warms."""
+
+    def __init__(
+        self, settings: ServeSettings, metrics: AgentMetrics, plan: Callable[[], ResidencyPlan]
+    ) -> None:
+        self._settings = settings
+        self._metrics = metrics
+        self._plan = plan
+        self._tracked: dict[int, _Tracked] = {}
+        self._pending: dict[tuple[int, str], _Pending] = {}
+        self._last_sent: dict[tuple[int, str], float] = {}
+        self._last_hit: dict[int, float] = {}  # upstream -> when a planned block was last evicted
+        self._refreshed: dict[int, float] = {}  # upstream -> when the whole prefixes were touched
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def active(self, up: Upstream) -> bool:
+        """Residency on `up` comes from its events (its chains are being tracked)."""
+        t = self._tracked.get(up.position)
+        return t is not None and t.plan_key is not None
+
+    def index(self, up: Upstream) -> BlockIndex | None:
+        """`up`'s block index, when it is in events mode."""
+        t = self._tracked.get(up.position)
+        return t.index if t is not None else None
+
+    async def attach(self, up: Upstream) -> None:
+        """Subscribe to `up`'s events when it publishes any (called as it joins, before the
+        warm, so the warm's stores are seen); otherwise say that keep-warm counts tokens."""
+        old = self._tracked.pop(up.position, None)
+        if old is not None:
+            await stop_task(old.task)
+        if self._settings.agent.kv_events == "off":
+            self._metrics.kv_events.labels(up.label).set(0)
+            return
+        source = first_source(sources_from(await up.client.kv_event_sources(), up.url))
+        if source is None:
+            self._metrics.kv_events.labels(up.label).set(0)
+            log.info(
+                "upstream %s: no KV events (its /kv_event_sources lists no ZMQ publisher); "
+                "keep-warm counts tokens", up.label,
+            )  # fmt: skip
+            return
+        t = _Tracked(up, source)
+        subscriber = KvEventSubscriber(
+            source, lambda batch: self._on_batch(t, batch), lambda: self._on_reset(t)
+        )
+        t.task = asyncio.get_running_loop().create_task(subscriber.run())
+        t.task.add_done_callback(lambda task: self._ended(t, task))
+        self._tracked[up.position] = t
+        log.info(
+            "upstream %s: residency from vLLM's KV events (%s, replay %s)",
+            up.label, source.endpoint, source.replay_endpoint or "none",
+        )  # fmt: skip
+
+    async def refresh(self, up: Upstream) -> None:
+        """Track the current plan's prefixes on `up` (after it was warmed with them): their
+        shared prompts from its /tokenize, then a learning probe for each not yet seen whole."""
+        t = self._tracked.get(up.position)
+        if t is None or up.model is None:
+            return
+        plan = self._plan()
+        key = tuple(p.sha256 for p in plan.all_prefixes())
+        try:
+            prompts = await anyio.to_thread.run_sync(_prompts, plan, up, self._settings)
+        except (ResidencyError, TransportError) as exc:
+            log.warning("upstream %s: prefix prompts unreadable (%s); keep-warm counts tokens",
+                        up.label, exc)  # fmt: skip
+            t.plan_key = None
+            self._metrics.kv_events.labels(up.label).set(0)
+            return
+        t.prompts = prompts
+        t.index.set_prefixes(Chain(pid, ids) for pid, ids in prompts.items())
+        t.plan_key = key
+        self._metrics.kv_events.labels(up.label).set(1)
+        await asyncio.sleep(0)  # let batches already received apply before judging
+        for prefix_id in prompts:
+            if not t.index.whole(prefix_id):
+                self._schedule(t, prefix_id, "learn", at_once=True)
+        self._publish(t)
+
+    def refresh_soon(self, up: Upstream) -> None:
+        """`refresh` as a task (from synchronous callers)."""
+        if up.position in self._tracked:
+            self._spawn(self.refresh(up))
+
+    async def ready(self, up: Upstream, prefix_id: str) -> None:
+        """Before a request goes to `up` with `prefix_id`: a re-warm of that prefix waiting
+        there goes now, and the request waits for it (it would prefill the prefix itself)."""
+        deadline = time.monotonic() + self._settings.request_timeout_s
+        while (pending := self._pending.get((up.position, prefix_id))) is not None:
+            pending.go.set()  # a follow-up re-warm (evicted again meanwhile) is waited for too
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pending.done.wait(), left)
+
+    async def stop(self) -> None:
+        """Unsubscribe and cancel the re-warms (at shutdown)."""
+        for t in self._tracked.values():
+            await stop_task(t.task)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def settle(self) -> None:
+        """Wait for the re-warms and refreshes in flight."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _on_batch(self, t: _Tracked, batch: EventBatch) -> None:
+        self._metrics.event_batches.labels(t.up.label).inc()
+        change = t.index.apply(batch.events)
+        if t.plan_key is None:
+            return
+        reason = "cleared" if change.cleared else "evicted"
+        if change.evicted:
+            self._last_hit[t.up.position] = time.monotonic()
+        for prefix_id in change.evicted:
+            self._metrics.block_evictions.labels(t.up.label, prefix_id).inc()
+            log.info(
+                "upstream %s: prefix %s lost blocks (%d of %s resident, KV events); re-warm "
+                "scheduled", t.up.label, prefix_id, t.index.resident_blocks(prefix_id),
+                t.index.total_blocks(prefix_id),
+            )  # fmt: skip
+            self._schedule(t, prefix_id, reason)
+        if change.cleared:
+            for prefix_id in t.index.prefix_ids:
+                self._schedule(t, prefix_id, reason)
+        self._publish(t)
+
+    def _ended(self, t: _Tracked, task: asyncio.Task[None]) -> None:
+        """A subscriber that failed: back to keep-warm's count on that upstream, said once."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("upstream %s: KV events from %s stopped (%s); keep-warm counts tokens",
+                  t.up.label, t.source.endpoint, task.exception())  # fmt: skip
+        if self._tracked.get(t.up.position) is t:
+            del self._tracked[t.up.position]
+        self._metrics.kv_events.labels(t.up.label).set(0)
+
+    def _on_reset(self, t: _Tracked) -> None:
+        """The publisher restarted: nothing is known of its cache; warm every prefix again."""
+        t.index.reset()
+        if t.plan_key is None:
+            return
+        for prefix_id in t.index.prefix_ids:
+            self._schedule(t, prefix_id, "restart", at_once=True)
+        self._publish(t)
+
+    def _publish(self, t: _Tracked) -> None:
+        for prefix_id in t.index.prefix_ids:
+            total = t.index.total_blocks(prefix_id) or 0
+            self._metrics.chain_blocks.labels(t.up.label, prefix_id).set(total)
+            resident = t.index.resident_blocks(prefix_id)
+            self._metrics.resident_blocks.labels(t.up.label, prefix_id).set(resident)
+
+    def _schedule(self, t: _Tracked, prefix_id: str, reason: str, at_once: bool = False) -> None:
+        key = (t.up.position, prefix_id)
+        if prefix_id not in t.prompts:
+            return
+        waiting = self._pending.get(key)
+        if waiting is not None:
+            waiting.again = waiting.again or waiting.sent
+            return
+        pending = self._pending[key] = _Pending(reason)
+        if at_once:
+            pending.go.set()
+        self._spawn(self._rewarm(t, prefix_id, pending))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _rewarm(self, t: _Tracked, prefix_id: str, pending: _Pending) -> None:
+        key = (t.up.position, prefix_id)
+        result = "failed"
+        try:
+            earliest = self._last_sent.get(key, -1e9) + self._settings.agent.rewarm_interval_s
+            give_up_waiting = time.monotonic() + REWARM_MAX_DEFER_S
+            while not pending.go.is_set():
+                now = time.monotonic()
+                quiet = now - self._last_hit.get(t.up.position, -1e9) >= QUIET_S
+                if now >= earliest and quiet and (t.up.outstanding == 0 or now >= give_up_waiting):
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(pending.go.wait(), POLL_S)
+            if not t.up.usable or t.up.model is None:
+                return
+            self._last_sent[key] = time.monotonic()
+            pending.sent = True
+            if pending.reason != "learn":
+                await self._refresh_others(t, prefix_id)
+            async with t.slots:
+                answer = await t.up.client.generate("completions", self._body(t, prefix_id))
+            result = "ok" if answer.status_code == 200 else "failed"
+            if answer.status_code != 200:
+                log.info("upstream %s: re-warm of %s answered %d", t.up.label, prefix_id,
+                         answer.status_code)  # fmt: skip
+        except (TransportError, ResidencyError) as exc:
+            log.info("upstream %s: re-warm of %s failed (%s)", t.up.label, prefix_id, exc)
+        finally:
+            self._pending.pop(key, None)
+            if pending.again and t.up.position in self._tracked:
+                self._schedule(t, prefix_id, pending.reason, at_once=pending.go.is_set())
+            pending.done.set()
+            self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
+
+    def _body(self, t: _Tracked, prefix_id: str) -> bytes:
+        """The warm prompt of a prefix as token ids, one output token, blocks reported."""
+        body = {
+            "model": t.up.model,
+            "prompt": list(t.prompts[prefix_id]),
+            "max_tokens": 1,
+            "temperature": 0,
+            "vllm_xargs": REPORT_FULL,
+        }
+        return orjson.dumps(body)
+
+    async def _refresh_others(self, t: _Tracked, prefix_id: str) -> None:
+        """Before refilling a prefix, touch the planned prefixes still whole there, once per
+        burst of evictions. An eviction means the LRU front has reached the plan's blocks, and
+        the blocks a large request left behind are younger than them: the refill would evict
+        the next prefix, and its refill the one after. Touched (a hit: about one block of
+        prefill each), they are younger than those leftovers, which go first."""
+        position = t.up.position
+        if self._refreshed.get(position, -1e9) >= self._last_hit.get(position, -1e9):
+            return
+        self._refreshed[position] = time.monotonic()
+        for other in t.index.prefix_ids:
+            if other == prefix_id or not t.index.whole(other):
+                continue
+            if (position, other) in self._pending:
+                continue
+            result = "failed"
+            try:
+                answer = await t.up.client.generate("completions", self._body(t, other))
+                result = "ok" if answer.status_code == 200 else "failed"
+            except (TransportError, ResidencyError):
+                pass
+            self._metrics.rewarms.labels(t.up.label, other, "refresh", result).inc()
+
+
+def _prompts(
+    plan: ResidencyPlan, up: Upstream, settings: ServeSettings
+) -> dict[str, tuple[int, ...]]:
+    """Each prefix's shared prompt on `up`: what warm prefilled, what a re-warm sends."""
+    assert up.model is not None
+    with VllmClient(up.url, timeout_s=60.0, api_key=settings.upstream_api_key) as client:
+        return {
+            p.id: tuple(shared_prefix_ids(client, up.model, p.prefix.text))
+            for p in plan.all_prefixes()
+        }

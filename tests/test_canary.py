@@ -1,0 +1,151 @@
+"""The recall canary (residency/serve/canary.py) in a real router with no model server: the
+English sample's labelled questions through the live BM25 retriever, then a plan swapped in
+whose index is broken (its BM25 rows point at the wrong chunks, as BM25 files of another build
+would): `residency_recall_ok` flips to 0 on the change itself, with the canary's schedule far
+off (so within one period), and a good index flips it back."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from pydantic import ValidationError
+from residency_cli import run_cli
+from router_server import RouterProcess
+
+from residency.corpus.samples import EN_SAMPLE
+from residency.errors import ConfigError
+from residency.index import IndexOptions, build_index, open_index
+from residency.planning.plan_model import read_plan
+from residency.serve.agent_settings import AgentSettings, floor_of
+from residency.serve.canary import evaluate_canary, read_canary
+from residency.serve.context import ContextBuilder
+from residency.serve.settings import ServeSettings
+from residency.tokenizer import LocalTokenizer
+from residency.vllm_client import find_samples, parse_prometheus
+
+PERIOD_S = 3600  # the schedule never fires during the test: only changes trigger runs
+
+
+@pytest.fixture(scope="module")
+def indexes(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> dict[str, Path]:
+    """good and broken (BM25 row ids shuffled) copies of the English sample's index, and a plan
+    for each (the same corpus, so the broken one is accepted)."""
+    root = tmp_path_factory.mktemp("canary")
+    good = root / "good"
+    build_index(
+        EN_SAMPLE.docs, good, IndexOptions(dense=False), LocalTokenizer(tiny_tokenizer_dir), None
+    )
+    broken = root / "broken"
+    shutil.copytree(good, broken)
+    meta_path = next(broken.rglob("bm25.meta.json"))
+    meta = orjson.loads(meta_path.read_bytes())
+    random.Random(7).shuffle(meta["ids"])
+    meta_path.write_bytes(orjson.dumps(meta))
+    out = {"good": good, "broken": broken, "plan-good": root / "plan-good.json"}
+    done = run_cli("plan", "--index", str(good), "--max-model-len", "8192", "-o",
+                   str(out["plan-good"]))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = orjson.loads(out["plan-good"].read_bytes())
+    out["plan-broken"] = root / "plan-broken.json"
+    out["plan-broken"].write_bytes(orjson.dumps({**data, "index_dir": str(broken)}))
+    return out
+
+
+def test_the_canary_measures_the_live_retriever_and_sees_a_broken_index(
+    indexes: dict[str, Path],
+) -> None:
+    questions = read_canary(EN_SAMPLE.questions)
+    assert len(questions) == 65  # 78 lines, 13 without gold ids
+    results = {}
+    for name in ("good", "broken"):
+        plan = read_plan(indexes[f"plan-{name}"])
+        settings = ServeSettings(plan=indexes[f"plan-{name}"], retriever="bm25")
+        builder = ContextBuilder(plan, open_index(indexes[name]), settings)
+        results[name] = evaluate_canary(builder, questions).metrics
+    assert results["good"]["recall_at_10"] >= 0.6
+    assert results["broken"]["recall_at_10"] < results["good"]["recall_at_10"] / 2
+
+
+def test_min_recall_and_the_labelled_set_are_checked(tmp_path: Path) -> None:
+    assert floor_of("R@10=0.80") == ("recall_at_10", 0.8)
+    assert floor_of("mrr@10=0.5") == ("mrr_at_10", 0.5)
+    for bad in ("R@7=0.8", "R@10=1.5", "recall=0.8"):
+        with pytest.raises(ValidationError, match="--min-recall"):
+            AgentSettings(min_recall=bad)
+    empty = tmp_path / "none.jsonl"
+    empty.write_text('{"query": "q", "relevant_ids": []}\n')
+    with pytest.raises(ConfigError, match="no question with relevant_ids"):
+        read_canary(empty)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text('{"query": "q", "relevant_ids": ["a"]}\n{"query": \n')
+    with pytest.raises(ConfigError, match=r"torn.jsonl:2"):
+        read_canary(torn)
+
+
+@pytest.fixture
+def dead_upstream() -> Iterator[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def sample(router: RouterProcess, name: str, **labels: str) -> float | None:
+    text = httpx.get(f"{router.base_url}/metrics", timeout=30).text
+    found = [s for s in find_samples(parse_prometheus(text), name) if s.labels == labels]
+    return found[0].value if found else None
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_recall_ok_flips_on_a_broken_index_within_one_period_and_back(
+    indexes: dict[str, Path], dead_upstream: str, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(indexes["plan-good"].read_bytes())
+    args = ("--no-warm", "--retriever", "bm25", "--canary", str(EN_SAMPLE.questions),
+            "--canary-every", str(PERIOD_S), "--min-recall", "R@10=0.60")  # fmt: skip
+    with RouterProcess(plan, [dead_upstream], tmp_path, args).start(require_healthy=False) as r:
+        wait_for(lambda: sample(r, "residency_recall_ok") == 1, "the first canary run, above")
+        assert sample(r, "residency_recall_set_questions") == 65
+        assert sample(r, "residency_recall_floor") == 0.6
+        good = sample(r, "residency_recall_at_k", k="10")
+        assert good is not None
+        assert good >= 0.6
+        age = sample(r, "residency_recall_set_age_seconds")
+        assert age is not None
+        assert age > 0
+
+        plan.write_bytes(indexes["plan-broken"].read_bytes())
+        flipped_after = time.monotonic()
+        os.kill(r.pid or 0, signal.SIGHUP)
+        wait_for(lambda: sample(r, "residency_recall_ok") == 0, "recall_ok to flip to 0")
+        flip_s = time.monotonic() - flipped_after
+        assert sample(r, "residency_recall_canary_runs_total", trigger="plan") == 1
+        assert sample(r, "residency_recall_canary_runs_total", trigger="schedule") in (None, 0)
+        broken = sample(r, "residency_recall_at_k", k="10")
+        assert broken is not None
+        assert broken < 0.6
+        warned = [x for x in r.log_text().splitlines() if "BELOW --min-recall" in x]
+        assert len(warned) == 1
+        assert "recall canary (plan)" in warned[0]
+
+        plan.write_bytes(indexes["plan-good"].read_bytes())
+        os.kill(r.pid or 0, signal.SIGHUP)
+        wait_for(lambda: sample(r, "residency_recall_ok") == 1, "recall_ok back to 1")
+    print(f"\nrecall canary: R@10 {good:.3f} -> {broken:.3f}; recall_ok 0 {flip_s:.1f} s after "
+          f"SIGHUP (period {PERIOD_S} s)")  # fmt: skip

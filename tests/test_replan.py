@@ -1,0 +1,168 @@
+"""Re-planning from the query log (residency/serve/replan.py), replayed on the English sample
+without a model server: a log whose topic mix shifts halfway (questions on the manual, then
+questions on the maintenance notes). The plan made from the first half keeps its coverage on
+it; after the shift a re-plan covers the second half as well as a plan made by hand from it
+(`residency plan --log second-half`), and a real router swaps it in on its own; a stationary
+log never swaps."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from residency_cli import run_cli
+from router_server import RouterProcess
+
+from residency.corpus.samples import EN_SAMPLE
+from residency.index import IndexOptions, build_index, open_index
+from residency.planning.plan_model import read_plan
+from residency.query_log import read_query_log
+from residency.serve.replan import read_window, replan, window_coverage
+from residency.serve.settings import ServeSettings
+from residency.tokenizer import LocalTokenizer
+from residency.vllm_client import find_samples, parse_prometheus
+
+WINDOW = 64
+WINDOW_FLAG = ("--max-model-len", "8192", "--prefixes", "1")  # holds one topic, not both
+CLOSE = 0.01
+
+
+def topic(name: str) -> list[str]:
+    """The sample's questions whose gold sections all lie in the manual, or all in notes."""
+    out = []
+    for line in EN_SAMPLE.questions.read_bytes().splitlines():
+        q = orjson.loads(line)
+        ids = q["relevant_ids"]
+        if ids and all(i.startswith(name) for i in ids):
+            out.append(str(q["query"]))
+    return out
+
+
+def log_lines(questions: list[str], n: int, start: dt.datetime) -> bytes:
+    """`n` query-log lines cycling through `questions`, one a minute from `start`."""
+    lines = [
+        orjson.dumps({"query": questions[i % len(questions)],
+                      "ts": (start + dt.timedelta(minutes=i)).isoformat()})
+        for i in range(n)
+    ]  # fmt: skip
+    return b"\n".join(lines) + b"\n"
+
+
+@pytest.fixture(scope="module")
+def shift(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> dict[str, Path]:
+    """index; first.jsonl (manual questions), second.jsonl (notes questions); plan-first.json
+    and plan-second.json made by hand from each half."""
+    root = tmp_path_factory.mktemp("replan")
+    build_index(
+        EN_SAMPLE.docs, root / "index", IndexOptions(dense=False),
+        LocalTokenizer(tiny_tokenizer_dir), None,
+    )  # fmt: skip
+    t0 = dt.datetime(2026, 1, 5, 9, tzinfo=dt.UTC)
+    out = {"index": root / "index", "first": root / "first.jsonl", "second": root / "second.jsonl"}
+    out["first"].write_bytes(log_lines(topic("manual"), WINDOW, t0))
+    out["second"].write_bytes(log_lines(topic("note-"), WINDOW, t0 + dt.timedelta(days=1)))
+    for half in ("first", "second"):
+        out[f"plan-{half}"] = root / f"plan-{half}.json"
+        done = run_cli(
+            "plan", "--index", str(out["index"]), "--log", str(out[half]), *WINDOW_FLAG,
+            "-o", str(out[f"plan-{half}"]),
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    return out
+
+
+def settings(plan: Path) -> ServeSettings:
+    return ServeSettings(plan=plan, upstreams=("http://127.0.0.1:9",), retriever="bm25")
+
+
+def test_a_replan_after_the_shift_covers_as_a_hand_plan_and_a_stationary_one_gains_nothing(
+    shift: dict[str, Path],
+) -> None:
+    served = read_plan(shift["plan-first"])
+    index = open_index(shift["index"])
+    first = read_window(shift["first"], WINDOW)
+    second = read_window(shift["second"], WINDOW)
+
+    stationary = replan(served, index, settings(shift["plan-first"]), first, shift["first"])
+    assert stationary.current >= 0.5  # the plan covers the questions it was made from
+    assert stationary.gain <= 0.02, stationary  # nothing to gain: no swap
+
+    shifted = replan(served, index, settings(shift["plan-first"]), second, shift["second"])
+    hand = window_coverage(read_plan(shift["plan-second"]), index, "bm25", second.entries)
+    assert shifted.current < hand - 0.1  # the shift: last month's plan misses this month
+    print(f"\nstationary {stationary.current:.3f} -> {stationary.candidate:.3f}; after the shift "
+          f"{shifted.current:.3f} -> {shifted.candidate:.3f}, hand plan {hand:.3f}")  # fmt: skip
+    assert abs(shifted.candidate - hand) <= CLOSE, (shifted, hand)
+    assert shifted.gain > 0.1
+
+
+@pytest.fixture
+def dead_upstream() -> Iterator[str]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def replans(router: RouterProcess, decision: str) -> float:
+    text = httpx.get(f"{router.base_url}/metrics", timeout=30).text
+    found = find_samples(parse_prometheus(text), "residency_router_replans_total")
+    return sum(s.value for s in found if s.labels == {"decision": decision})
+
+
+def gauge(router: RouterProcess, name: str, **labels: str) -> float:
+    text = httpx.get(f"{router.base_url}/metrics", timeout=30).text
+    found = [s for s in find_samples(parse_prometheus(text), name) if s.labels == labels]
+    return found[0].value
+
+
+def served_sha(router: RouterProcess) -> str:
+    return str(httpx.get(f"{router.base_url}/health", timeout=10).json()["plan_sha256"])
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_router_swaps_in_the_replan_after_the_shift_and_not_before(
+    shift: dict[str, Path], dead_upstream: str, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(shift["plan-first"].read_bytes())
+    first_sha = hashlib.sha256(plan.read_bytes()).hexdigest()
+    args = ("--no-warm", "--retriever", "bm25", "--replan-every", "0.5",
+            "--replan-window", str(WINDOW))  # fmt: skip
+    router = RouterProcess(plan, [dead_upstream], tmp_path, args)
+    router.query_log.write_bytes(shift["first"].read_bytes())  # the traffic so far
+    with router.start(require_healthy=False):
+        wait_for(lambda: replans(router, "keep") >= 3, "three re-plans on the stationary log")
+        assert replans(router, "swap") == 0
+        assert served_sha(router) == first_sha
+        with router.query_log.open("ab") as f:  # the topic mix shifts: a window of new questions
+            f.write(shift["second"].read_bytes())
+        wait_for(lambda: replans(router, "swap") == 1, "the swap after the shift")
+        new_sha = served_sha(router)
+        assert new_sha != first_sha
+        assert hashlib.sha256(plan.read_bytes()).hexdigest() == new_sha  # kept across restarts
+        keeps = replans(router, "keep")
+        wait_for(lambda: replans(router, "keep") >= keeps + 2, "re-plans after the swap")
+        assert replans(router, "swap") == 1  # the new plan is what the window asks for
+        assert gauge(router, "residency_router_replan_coverage", plan="current") >= 0.5
+        decisions = [x for x in router.log_text().splitlines() if "re-plan over the last" in x]
+    swap = next(x for x in decisions if x.endswith("swapping it in"))
+    assert f"plan {first_sha[:12]} covers" in swap
+    index = open_index(shift["index"])
+    window = read_query_log(shift["second"]).entries
+    served = window_coverage(read_plan(plan), index, "bm25", window)
+    hand = window_coverage(read_plan(shift["plan-second"]), index, "bm25", window)
+    assert abs(served - hand) <= CLOSE, (served, hand)
