@@ -24,8 +24,20 @@ CORPUS = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights" / "docs"
 TESTS = Path(__file__).resolve().parent
 
 
+_PLANS: dict[tuple[Path, int], Path] = {}
+
+
 def offline_plan(root: Path, tokenizer_dir: Path, max_model_len: int = 8192) -> Path:
-    """root/plan.json over root/index, a BM25 index of the sample corpus."""
+    """root/plan.json over root/index, a BM25 index of the sample corpus: built once per test
+    run for each (tokenizer, window); later callers get the first one (read-only to them)."""
+    key = (tokenizer_dir, max_model_len)
+    if key in _PLANS and _PLANS[key].is_file():
+        return _PLANS[key]
+    _PLANS[key] = _build_offline_plan(root, tokenizer_dir, max_model_len)
+    return _PLANS[key]
+
+
+def _build_offline_plan(root: Path, tokenizer_dir: Path, max_model_len: int) -> Path:
     build_index(CORPUS, root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir))
     out = root / "plan.json"
     done = run_cli(

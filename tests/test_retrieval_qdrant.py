@@ -426,7 +426,7 @@ JSQUAD_HALF = REPO_ROOT / ".cache/retrieval-qdrant/jsquad-quarter"
 # every JSQUAD_STRIDE-th question answered from them (> 500): embedding more costs minutes of a
 # fresh clone's CI, and embedded Qdrant scores sparse vectors in a Python loop. `make bench`
 # compares all 1,145 paragraphs and 4,442 questions (benchmarks/test_bench_retrieval_qdrant.py).
-JSQUAD_STRIDE = 2
+JSQUAD_STRIDE = 1
 
 
 class MemoEmbedder:

@@ -350,7 +350,8 @@ JSQUAD = REPO.parent / "shared/data/jsquad/valid-v1.3.json"
 
 def _texts_we_have() -> list[str]:
     """Every time expression above, every question and corpus line of both sample corpora, and
-    JSQuAD's questions when the data is beside the repo."""
+    every fourth of JSQuAD's questions when the data is beside the repo (~1,100: each is parsed
+    twice, with and without the pre-check, for two dates)."""
     texts = [p.values[0] for p in RESOLVE] + ["おととしの冬", "一昨年", "二〇二四/三/五", "3/5"]
     for corpus in ("harbor-lights", "harbor-lights-en"):
         root = REPO / "residency" / "data" / "corpora" / corpus
@@ -362,7 +363,8 @@ def _texts_we_have() -> list[str]:
             texts += doc.read_text("utf-8").splitlines()
     if JSQUAD.exists():
         data = json.loads(JSQUAD.read_text("utf-8"))["data"]
-        texts += [q["question"] for a in data for p in a["paragraphs"] for q in p["qas"]]
+        asked = [q["question"] for a in data for p in a["paragraphs"] for q in p["qas"]]
+        texts += asked[::4]
     return [normalize_text(t) for t in texts if t.strip()]
 
 
