@@ -363,6 +363,31 @@ def test_cli_prints_a_table_for_a_plan(corpus: Path, plan_file: Path) -> None:
     assert "By question type" in out.stdout
 
 
+def test_cli_compares_plans_side_by_side_beside_rag_at_equal_k(
+    index: Index, encoder: LocalTokenizer, corpus: Path, plan_file: Path, tmp_path: Path
+) -> None:
+    bigger = tmp_path / "plan-big.json"
+    write_plan(make_plan(index, encoder, 400), bigger)
+    qa = str(corpus / "qa.jsonl")
+    out = run_coverage_cli(
+        "--plan", str(plan_file), "--plan", str(bigger), "--questions", qa, "--k", "3", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    rows = {r["name"]: r for r in got["results"]}
+    assert list(rows) == ["planner (plan)", "planner (plan-big)", "rag-top3"]
+    assert [r["k"] for r in rows.values()] == [3, 3, 3]
+    assert rows["planner (plan-big)"]["resident_chunks"] > rows["planner (plan)"]["resident_chunks"]
+    rag = ResidentSet("rag-top3", "rag", frozenset(), 0, 0, 3)
+    expected = evaluate_coverage(index, questions(), [rag], encoder, source="t").results[0]
+    assert rows["rag-top3"]["overall"] == expected.overall.model_dump(mode="json")
+    for row in rows.values():
+        for m in row["by_type"].values():  # per type: uncached tokens = added + the question
+            assert m["mean_uncached_tokens"] > m["mean_added_tokens"]
+    table = run_coverage_cli("--plan", str(plan_file), "--plan", str(bigger), "--questions", qa)
+    assert "uncached" in table.stdout.split("By question type")[1]
+
+
 def tiny_squad(path: Path) -> Path:
     paragraphs = [
         {
