@@ -2,7 +2,9 @@
 the sample corpus (BM25) with a one-prefix plan and with a four-prefix plan, timed in interleaved
 pairs on the same questions. The target (issue 20): at most 0.5 ms added at p50. And what the
 second retrieval hop (`--hops 2`) costs beside one hop: a pivot chunk's first ranking (one more
-search), then its cached ranking (at most 0.5 ms at p50). No server."""
+search), then its cached ranking (at most 0.5 ms at p50). And what showing the top sections
+wherever they live (`--spread 5`, the default) costs beside `--spread 0` (at most 0.5 ms at p50).
+No server."""
 
 from __future__ import annotations
 
@@ -38,16 +40,19 @@ def _capacity() -> CapacitySnapshot:
 
 
 def _builders(
-    tmp_path: Path, tokenizer_dir: Path, variants: dict[str, tuple[int, int]]
+    tmp_path: Path, tokenizer_dir: Path, variants: dict[str, tuple[int, int] | tuple[int, int, int]]
 ) -> tuple[dict[str, ContextBuilder], list[str]]:
-    """One ContextBuilder per variant name: (prefix count, hops), over the Japanese sample."""
+    """One ContextBuilder per variant name: (prefix count, hops[, spread]), over the Japanese
+    sample."""
     encoder = LocalTokenizer(tokenizer_dir)
     build_index(JA_SAMPLE.docs, tmp_path / "index", IndexOptions(dense=False), encoder, None)
     index = open_index(tmp_path / "index")
     log = read_query_log(JA_SAMPLE.queries).entries
     mass = log_mass(index, log)
     builders = {}
-    for name, (count, hops) in variants.items():
+    for name, variant in variants.items():
+        count, hops = variant[:2]
+        spread = variant[2] if len(variant) > 2 else RoutingSettings().spread
         plan = build_prefix_plan(
             index, mass, index_closeness(index), _capacity(), encoder, PlanOptions(), count
         )
@@ -59,7 +64,7 @@ def _builders(
             upstreams=("x",),
             log=None,
             retriever="bm25",
-            routing=RoutingSettings(hops=hops),
+            routing=RoutingSettings(hops=hops, spread=spread),
         )
         builders[name] = ContextBuilder(plan, index, settings)
     return builders, [e.query for e in log]
@@ -115,3 +120,16 @@ def test_choosing_the_prefix_adds_little_to_retrieval(
     benchmark.extra_info["pairs"] = PAIRS
     benchmark(builders[4].retrieve, questions[0])
     assert added_p50_ms <= 0.5, f"choosing among 4 prefixes added {added_p50_ms:.3f} ms at p50"
+
+
+def test_showing_the_top_sections_adds_little_to_retrieval(
+    benchmark: BenchmarkFixture, tmp_path: Path, tiny_tokenizer_dir: Path
+) -> None:
+    variants = {"off": (4, 1, 0), "on": (4, 1, RoutingSettings().spread)}
+    builders, log = _builders(tmp_path, tiny_tokenizer_dir, variants)
+    questions = list(dict.fromkeys(log))
+    added_ms = _paired_p50_ms(builders, questions, "off", "on", PAIRS)
+    benchmark.extra_info["added_p50_ms"] = added_ms
+    benchmark.extra_info["pairs"] = PAIRS
+    benchmark(builders["on"].retrieve, questions[0])
+    assert added_ms <= 0.5, f"the top sections added {added_ms:.3f} ms at p50"

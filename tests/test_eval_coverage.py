@@ -26,7 +26,7 @@ from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
 from residency.planning.prefix import render_passage
 from residency.query_log import LogEntry
-from residency.routing import DEFAULT_K, RoutingSettings, decide_route
+from residency.routing import DEFAULT_K, RoutedQuestion, RoutingSettings
 from residency.tokenizer import LocalTokenizer
 
 SECTIONS = {
@@ -98,11 +98,14 @@ def test_the_hand_made_corpus_ranks_as_the_expectations_assume(index: Index) -> 
     assert [c.id for c in index.chunks_of("log")] == ["log::c1", "log::c2"]
     for query, _, _, top_two in QUESTIONS:
         assert tuple(h.id for h in index.search_chunks(query, 2)) == top_two, query
+    # The log question's second section is the third chunk (the top sections' case).
+    assert index.search_chunks(QUESTIONS[-1][0], 3)[2].id == "battery::c1"
 
 
 # Expected per case: (covered, in prefix, retrieved, route-resident, misrouted, added chunk ids).
 # margin 0 trusts a resident top hit; margin 1 also wants the runner-up resident; the hedge adds
-# the best non-resident chunk even on the resident route.
+# the best non-resident chunk even on the resident route. Spread 0 (no top sections) unless the
+# case says otherwise.
 CASES = [
     pytest.param(
         RESIDENT,
@@ -160,9 +163,59 @@ CASES = [
         id="rag-top2",
     ),
 ]
+# The top two sections shown wherever they live: the misrouted question's evidence (boat, ranked
+# second behind a resident section) is added on the resident route, and so are battery's runner-up
+# paint and the log question's second section, battery (third chunk, after log's two); sections
+# the prefix already shows (alarm, wind, log) add nothing.
+SPREAD_CASES = [
+    pytest.param(
+        RESIDENT,
+        1,
+        0,
+        0,
+        (
+            6,
+            3,
+            3,
+            3,
+            0,
+            [
+                "boat::c1",
+                "battery::c1",
+                "paint::c1",
+                "boat::c1",
+                "boat::c1",
+                "log::c2",
+                "battery::c1",
+            ],
+        ),
+        id="resident-k1-margin0-no-hedge-spread2",
+    ),
+    pytest.param(
+        frozenset(),
+        1,
+        1,
+        1,
+        (
+            5,
+            0,
+            5,
+            0,
+            0,
+            ["alarm::c1", "wind::c1", "battery::c1", "boat::c1", "wind::c1", "log::c2"],
+        ),
+        id="rag-top1-shows-no-top-sections",
+    ),
+]
 
 
-@pytest.mark.parametrize(("resident", "k", "margin", "hedge", "expected"), CASES)
+@pytest.mark.parametrize(
+    ("resident", "k", "margin", "hedge", "expected", "spread"),
+    [
+        *[pytest.param(*c.values, 0, id=c.id) for c in CASES],
+        *[pytest.param(*c.values, 2, id=c.id) for c in SPREAD_CASES],
+    ],
+)
 def test_coverage_hand_computed(
     index: Index,
     encoder: LocalTokenizer,
@@ -171,12 +224,12 @@ def test_coverage_hand_computed(
     margin: int,
     hedge: int,
     expected: tuple[int, int, int, int, int, list[str]],
+    spread: int,
 ) -> None:
     covered, in_prefix, retrieved, route_resident, misrouted, added = expected
-    rows = [ResidentSet("case", "planner", resident, 0, 0, k)]
-    report = evaluate_coverage(
-        index, questions(), rows, encoder, source="test", margin=margin, hedge=hedge, hops=1
-    )
+    rows = [ResidentSet("case", "planner" if resident else "rag", resident, 0, 0, k)]
+    routing = RoutingSettings(margin=margin, hedge=hedge, hops=1, spread=spread)
+    report = evaluate_coverage(index, questions(), rows, encoder, source="test", routing=routing)
     m = report.results[0].overall
     n = len(QUESTIONS)
     assert report.evaluated == n
@@ -196,7 +249,8 @@ def test_coverage_hand_computed(
 
 def test_coverage_per_question_type(index: Index, encoder: LocalTokenizer) -> None:
     rows = [ResidentSet("case", "planner", RESIDENT, 0, 0, 1)]
-    report = evaluate_coverage(index, questions(), rows, encoder, source="test", margin=0, hedge=0)
+    routing = RoutingSettings(margin=0, hedge=0, spread=0)
+    report = evaluate_coverage(index, questions(), rows, encoder, source="test", routing=routing)
     by_type = report.results[0].by_type
     assert set(by_type) == {"simple", "detail"}  # 'unknown' has no gold: excluded
     assert by_type["simple"].coverage == pytest.approx(3 / 3)
@@ -219,10 +273,10 @@ def test_a_section_is_visible_when_any_of_its_chunks_is(
     in_prefix: bool,
     retrieved: bool,
 ) -> None:
-    gold = {c.id for c in index.chunks_of("log")}
-    hits = [h for h in index.search_chunks("保守記録の第18項", 10) if h.id in added_hits]
+    gold = frozenset(c.id for c in index.chunks_of("log"))
+    routed = RoutedQuestion("p0", "long_tail", None, tuple(added_hits), ())
     tokens = {c.id: 1 for c in index.chunks}
-    outcome = question_outcome(hits, resident, gold, tokens, k=5, margin=0, hedge=0)
+    outcome = question_outcome(routed, resident, [gold], tokens)
     assert (outcome.in_prefix, outcome.retrieved) == (in_prefix, retrieved)
     assert outcome.covered == (in_prefix or retrieved)
 
@@ -238,18 +292,17 @@ def test_unknown_gold_ids_are_counted_and_never_visible(
 
 
 def test_eval_defaults_are_the_routers() -> None:
-    route = inspect.signature(decide_route).parameters
-    evaluate = inspect.signature(evaluate_coverage).parameters
-    for name in ("margin", "hedge"):
-        assert evaluate[name].default == route[name].default, name
     from residency.eval.coverage_options import CoverageOptions
-    from residency.routing import RoutingSettings
     from residency.serve.settings import ServeSettings
 
+    evaluate = inspect.signature(evaluate_coverage).parameters
+    assert evaluate["routing"].default is None  # None: RoutingSettings(), the router's
+    serve = ServeSettings.model_fields["routing"].get_default(call_default_factory=True)
+    assert CoverageOptions().routing == serve == RoutingSettings()
+    assert serve.spread == serve.k > 0  # the top-k sections are shown by default
     # One model: the router's routing and the evaluation's are the same settings.
     assert ServeSettings.model_fields["routing"].annotation is RoutingSettings
     assert CoverageOptions.model_fields["routing"].annotation is RoutingSettings
-    assert evaluate["hops"].default == RoutingSettings().hops
 
 
 # --- the CLI -------------------------------------------------------------------------------
@@ -311,6 +364,31 @@ def test_cli_prints_a_table_for_a_plan(corpus: Path, plan_file: Path) -> None:
     assert "planner" in out.stdout
     assert "coverage" in out.stdout
     assert "By question type" in out.stdout
+
+
+def test_cli_compares_plans_side_by_side_beside_rag_at_equal_k(
+    index: Index, encoder: LocalTokenizer, corpus: Path, plan_file: Path, tmp_path: Path
+) -> None:
+    bigger = tmp_path / "plan-big.json"
+    write_plan(make_plan(index, encoder, 400), bigger)
+    qa = str(corpus / "qa.jsonl")
+    out = run_coverage_cli(
+        "--plan", str(plan_file), "--plan", str(bigger), "--questions", qa, "--k", "3", "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    rows = {r["name"]: r for r in got["results"]}
+    assert list(rows) == ["planner (plan)", "planner (plan-big)", "rag-top3"]
+    assert [r["k"] for r in rows.values()] == [3, 3, 3]
+    assert rows["planner (plan-big)"]["resident_chunks"] > rows["planner (plan)"]["resident_chunks"]
+    rag = ResidentSet("rag-top3", "rag", frozenset(), 0, 0, 3)
+    expected = evaluate_coverage(index, questions(), [rag], encoder, source="t").results[0]
+    assert rows["rag-top3"]["overall"] == expected.overall.model_dump(mode="json")
+    for row in rows.values():
+        for m in row["by_type"].values():  # per type: uncached tokens = added + the question
+            assert m["mean_uncached_tokens"] > m["mean_added_tokens"]
+    table = run_coverage_cli("--plan", str(plan_file), "--plan", str(bigger), "--questions", qa)
+    assert "uncached" in table.stdout.split("By question type")[1]
 
 
 def tiny_squad(path: Path) -> Path:
@@ -402,6 +480,11 @@ def corrupt_plan(plan_file: Path, path: Path, **update: str) -> Path:
             id="k-zero",
         ),
         pytest.param(
+            ("--squad", "{squad}", "--k", "-1"),
+            "--k: input should be greater than or equal to 0, got -1",
+            id="k-negative",
+        ),
+        pytest.param(
             ("--plan", "{tmp}/none.json", "--questions", "{qa}"),
             "--plan {tmp}/none.json",
             id="plan-missing",
@@ -481,24 +564,9 @@ def test_cli_simulation_models_a_host_with_several_prefixes(tmp_path: Path) -> N
 def test_coverage_all_needs_every_gold_section(
     resident: frozenset[str], expected: tuple[bool, bool]
 ) -> None:
-    from dataclasses import dataclass
-
-    from residency.eval.coverage import question_outcome
-
-    @dataclass(frozen=True)
-    class Hit:
-        id: str
-
-    hits = [Hit("z1"), Hit("z2")]  # nothing gold is retrieved: k=0, hedge=0
+    routed = RoutedQuestion("p0", "resident", "z1", ("z2",), ())  # nothing gold is added
     outcome = question_outcome(
-        hits,
-        resident,
-        {"a1", "b1"},
-        {"z1": 1, "z2": 1},
-        k=0,
-        margin=0,
-        hedge=0,
-        gold_sections=[frozenset({"a1"}), frozenset({"b1"})],
+        routed, resident, [frozenset({"a1"}), frozenset({"b1"})], {"z1": 1, "z2": 1}
     )
     assert (outcome.covered, outcome.all_visible) == expected
 
@@ -575,7 +643,8 @@ def test_prompt_and_uncached_tokens_per_question(index: Index, encoder: LocalTok
     )
     # The first four questions rank their own gold first: alarm, wind (p0), battery, boat (p1).
     four = questions()[:4]
-    report = evaluate_coverage(index, four, [one, two], encoder, source="test", margin=0)
+    routing = RoutingSettings(margin=0)
+    report = evaluate_coverage(index, four, [one, two], encoder, source="test", routing=routing)
     asked = sum(encoder.count(q.query) for q in four) / len(four)
     for row in report.results:
         m = row.overall
@@ -693,11 +762,10 @@ def test_the_dated_route_pins_the_period_s_sections_as_the_router_does(
     served = ResidentSet("served", "planner", frozenset({"note-mar-04::c1"}), 1, 0, 1)
     rag = ResidentSet("rag-top1", "rag", frozenset(), 0, 0, 1)
     rows = [served, rag]
-    plain = evaluate_coverage(dated_index, [IN_MARCH], rows, encoder, source="t", margin=0, hops=1)
-    dated = evaluate_coverage(
-        dated_index, [IN_MARCH], rows, encoder, source="t", margin=0,
-        today=dt.date(2025, 6, 15), max_dated=5, hops=1,
-    )  # fmt: skip
+    undated = RoutingSettings(margin=0, hops=1, spread=0, max_dated=0)
+    plain = evaluate_coverage(dated_index, [IN_MARCH], rows, encoder, source="t", routing=undated)
+    routing = undated.model_copy(update={"today": dt.date(2025, 6, 15), "max_dated": 5})
+    dated = evaluate_coverage(dated_index, [IN_MARCH], rows, encoder, source="t", routing=routing)
     # Top-1 retrieval adds manual-fog and misses note-mar-20; the dated route pins note-mar-20
     # whole (note-mar-04 is wholly in the prefix: not repeated); plain RAG pins nothing.
     assert [r.overall.coverage_all for r in plain.results] == [0.0, 0.0]
@@ -713,9 +781,8 @@ def test_the_dated_route_pins_the_period_s_sections_as_the_router_does(
     # Another year: no section is dated inside it, nothing is pinned.
     other_year = IN_MARCH.model_copy(update={"query": IN_MARCH.query.replace("2025", "2024")})
     later = evaluate_coverage(
-        dated_index, [other_year], [served], encoder, source="t", margin=0,
-        today=dt.date(2025, 6, 15), max_dated=5,
-    )  # fmt: skip
+        dated_index, [other_year], [served], encoder, source="t", routing=routing
+    )
     assert later.results[0].overall.coverage_all == 0.0
 
 
@@ -756,15 +823,12 @@ def test_eval_and_router_pin_the_same_dated_sections(
     pinned_any = 0
     for query, hits in rank_queries(dated_index, queries, 40).items():
         routed = builder.retrieve(query, today)
-        chunks, cost = pinning.pinned(query, hits, resident)
-        expected = [
-            frozenset(c.id for c in dated_index.chunks_of(s)) for s in routed.dated_section_ids
-        ]
-        assert list(chunks) == expected, query
+        pinned = pinning.sections(query, hits, resident)
+        assert pinned == routed.dated_section_ids, query
         rendered = builder.render(routed, ()).passages  # what the router puts in the prompt
         assert len(rendered) == len(routed.dated_section_ids)
-        assert cost == sum(encoder.count(r) + 1 for r in rendered), query
-        pinned_any += bool(chunks)
+        assert pinning.tokens(pinned) == sum(encoder.count(r) + 1 for r in rendered), query
+        pinned_any += bool(pinned)
     assert pinned_any >= 2  # the check is not vacuous
 
 

@@ -251,6 +251,7 @@ def test_coverage_of_several_prefixes_counts_only_the_routed_one(
 ) -> None:
     from residency.eval.coverage import ResidentSet, evaluate_coverage
     from residency.eval.questions import Question
+    from residency.routing import RoutingSettings
 
     cap, enc = capacity(10_000, 300), LocalTokenizer(tokenizer_dir)
     affinity = index_closeness(index)
@@ -273,8 +274,12 @@ def test_coverage_of_several_prefixes_counts_only_the_routed_one(
         prefix_tokens=plan.prefix.token_count,
         k=0,
     )
-    # k=0 and no hedge: nothing is retrieved, so coverage is what the prompt's prefix holds.
-    report = evaluate_coverage(index, questions, [served, flat], enc, source="test", hedge=0)
+    # k=0, no hedge, no top sections: nothing is retrieved, so coverage is what the prompt's
+    # prefix holds.
+    routing = RoutingSettings(hedge=0, spread=0)
+    report = evaluate_coverage(
+        index, questions, [served, flat], enc, source="test", routing=routing
+    )
     by_name = {r.name: r.overall for r in report.results}
     assert by_name["union"].coverage == pytest.approx(1.0)  # as if every prefix were in it
     # As served, the last question goes out with a's prefix and cannot see b's section.

@@ -11,13 +11,13 @@ import orjson
 import pytest
 
 from residency.eval.coverage import ResidentSet, evaluate_coverage, rank_queries
-from residency.eval.hops import SecondHop
+from residency.eval.hops import PivotRankings
 from residency.eval.questions import Question
 from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, write_plan
 from residency.query_log import LogEntry
-from residency.routing import RoutingSettings, second_hop
+from residency.routing import PrefixRoutes, RoutingSettings, route_question, second_hop
 from residency.serve.context import ContextBuilder
 from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
@@ -89,8 +89,10 @@ def test_two_hops_show_both_sections_of_a_relation_question(
     planned = ResidentSet("planned", "planner", frozenset({"paint::c1"}), 1, 0, 1)
     rag = ResidentSet("rag-top1", "rag", frozenset(), 0, 0, 1)
     rows = [planned, rag]
-    one = evaluate_coverage(index, [RELATION], rows, encoder, source="t", hedge=0, hops=1)
-    two = evaluate_coverage(index, [RELATION], rows, encoder, source="t", hedge=0, hops=2)
+    routing = RoutingSettings(hedge=0, spread=0, hops=1)
+    one = evaluate_coverage(index, [RELATION], rows, encoder, source="t", routing=routing)
+    routing = routing.model_copy(update={"hops": 2})
+    two = evaluate_coverage(index, [RELATION], rows, encoder, source="t", routing=routing)
     assert [r.overall.coverage_all for r in one.results] == [0.0, 0.0]
     assert [r.overall.coverage for r in one.results] == [1.0, 1.0]
     assert two.results[0].overall.coverage_all == 1.0
@@ -106,11 +108,23 @@ def test_two_hops_show_both_sections_of_a_relation_question(
 
 
 def test_the_second_hop_skips_sections_the_prefix_already_holds(index: Index) -> None:
-    hop = SecondHop(index, 40)
-    assert hop.chunk(frozenset(), ("kanzaki::c1",), ()) == "orca::c1"
-    assert hop.chunk(frozenset({"orca::c1"}), ("kanzaki::c1",), ()) not in {"orca::c1", None}
-    assert hop.chunk(frozenset(), ("kanzaki::c1",), {"orca::c1"}) != "orca::c1"  # pinned
-    assert hop.chunk(frozenset(), (), ()) is None  # nothing added: no pivot
+    pivots = PivotRankings(index, 40)
+    settings = RoutingSettings(k=1, hedge=0, spread=0, hops=2)
+    hits = rank_queries(index, [RELATION.query], 40)[RELATION.query]
+    assert hits[0].id == "kanzaki::c1"
+
+    def added(prefix: frozenset[str], pinned: tuple[str, ...] = ()) -> tuple[str, ...]:
+        routes = PrefixRoutes.build([("p0", prefix)], index.section_of)
+        return route_question(
+            hits, routes, settings, index.section_of,
+            pin_dated=lambda _: pinned, pivot_hits=pivots,
+        ).chunk_ids  # fmt: skip
+
+    assert added(frozenset()) == ("kanzaki::c1", "orca::c1")
+    assert added(frozenset({"orca::c1"}))[-1] not in {"orca::c1", "kanzaki::c1"}
+    assert "orca::c1" not in added(frozenset(), pinned=("orca",))  # pinned whole: shown
+    only_pinned = added(frozenset(), pinned=("kanzaki",))
+    assert "kanzaki::c1" not in only_pinned  # a pinned section's chunk is not added again
 
 
 @pytest.mark.parametrize("hops", [1, 2])
@@ -133,17 +147,19 @@ def test_router_and_eval_add_the_same_chunks(
         upstreams=("http://x",),
         log=None,
         retriever="bm25",
-        routing=RoutingSettings(hops=hops, k=1, hedge=0),
+        routing=RoutingSettings(hops=hops, k=1, hedge=0, spread=0),
     )
     builder = ContextBuilder(plan, index, settings)
-    hop = SecondHop(index, settings.routing.prefetch) if hops > 1 else None
-    resident = frozenset(plan.resident_chunk_ids())
+    resident = {index.section_of(c) for c in plan.resident_chunk_ids()}
     for question in (RELATION, SIMPLE):
         routed = builder.retrieve(question.query)
         hits = rank_queries(index, [question.query], settings.routing.prefetch)[question.query]
         first = (hits[0].id,)
-        extra = hop.chunk(resident, first, ()) if hop else None
-        assert routed.chunk_ids == (*first, *([extra] if extra else [])), question.query
+        # The hop by hand: the pivot's best-ranked chunk of a section not shown yet.
+        pivot = index.search_chunks(index.chunk(first[0]).text, settings.routing.prefetch)
+        shown = resident | {index.section_of(first[0])}
+        extra = [h.id for h in pivot if index.section_of(h.id) not in shown][:1] if hops > 1 else []
+        assert routed.chunk_ids == (*first, *extra), question.query
     assert builder.retrieve(RELATION.query).chunk_ids[-1] == (
         "orca::c1" if hops == 2 else "kanzaki::c1"
     )

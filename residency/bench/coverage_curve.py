@@ -2,9 +2,10 @@
 
 At each budget (fractions of the plan's budget) every strategy is planned with the plan's
 capacity snapshot, its index and its query log, and scored with `residency eval coverage`'s
-machinery (`evaluate_resident_set`: same routing k / margin / hedge, same rankings for every
-row) on a questions file with gold `relevant_ids`. RAG-only top-k keeps nothing resident, so its
-coverage is the same at every budget. Budgets too small for the instructions are skipped.
+machinery (`evaluate_resident_set`: the router's routing at k / margin / hedge, same rankings
+for every row) on a questions file with gold `relevant_ids`. RAG-only top-k keeps nothing
+resident, so its coverage is the same at every budget. Budgets too small for the instructions
+are skipped.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from residency.index import BuildProgress, Index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import ResidencyPlan, Strategy
 from residency.query_log import LogEntry, merge_by_time, read_query_log
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN
+from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN, RoutingSettings
 from residency.tokenizer import ApproxTokenizer, MemoTokenizer, ModelTokenizer, reopen_tokenizer
 
 DEFAULT_BUDGET_FRACTIONS: tuple[float, ...] = (0.125, 0.25, 0.5, 0.75, 1.0)
@@ -83,13 +84,14 @@ def coverage_vs_budget(
         index, [q.query for q in answerable], prefetch, progress.advance if progress else None
     )
     tokens = chunk_token_counts(index, encoder)
+    routing = RoutingSettings(k=k, margin=margin, hedge=hedge, prefetch=max(prefetch, k))
     budgets = sorted({max(1, int(plan.capacity.resident_budget_tokens * f)) for f in fractions})
     if progress is not None:
         progress.start("planning budgets", len(budgets) * len(CURVE_STRATEGIES) + 1)
     points: list[CoveragePoint] = []
 
     def score(resident: ResidentSet, budget: int) -> None:
-        row = evaluate_resident_set(index, answerable, rankings, resident, tokens, margin, hedge)
+        row = evaluate_resident_set(index, answerable, rankings, resident, tokens, routing)
         points.append(
             CoveragePoint(
                 strategy=row.name,

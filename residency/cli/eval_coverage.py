@@ -26,8 +26,12 @@ class CoverageArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    plan: Path | None = Field(
-        default=None, description="Evaluate this plan.json (with --questions)."
+    plan: tuple[Path, ...] = Field(
+        default=(),
+        max_length=16,
+        description="Evaluate this plan.json (with --questions); repeatable: plans of one corpus "
+        "side by side (e.g. the default several prefixes and --prefixes 1), beside rag-top-k at "
+        "the same k.",
     )
     questions: Path | None = Field(
         default=None,
@@ -64,13 +68,13 @@ class CoverageArgs(BaseModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> CoverageArgs:
-        if (self.plan is None) == (self.squad is None):
+        if bool(self.plan) == (self.squad is not None):
             raise ValueError(
                 "pass either --plan PLAN.json --questions QA.jsonl (evaluate one plan) or "
                 "--squad FILE (simulate traffic and compare every strategy)"
             )
-        if self.plan is not None and self.questions is None:
-            raise ValueError(f"--plan {self.plan} needs --questions QA.jsonl to evaluate on")
+        if self.plan and self.questions is None:
+            raise ValueError(f"--plan {self.plan[0]} needs --questions QA.jsonl to evaluate on")
         return self
 
 
@@ -78,15 +82,15 @@ class CoverageArgs(BaseModel):
 def coverage(args: CoverageArgs) -> None:
     """Share of questions whose gold evidence is resident or routed in, and the tokens it costs."""
     from residency.cli.progress import BarProgress, progress_bar
-    from residency.eval.coverage_runs import SimulationJob, evaluate_plan_file, run_simulations
+    from residency.eval.coverage_runs import SimulationJob, evaluate_plan_files, run_simulations
 
-    options, json, plan, squad = args.options, args.json_output, args.plan, args.squad
+    options, json, plans, squad = args.options, args.json_output, args.plan, args.squad
     bar = progress_bar(json)
-    if plan is not None:
+    if plans:
         assert args.questions is not None
         with bar:
-            report = evaluate_plan_file(
-                plan,
+            report = evaluate_plan_files(
+                plans,
                 args.questions,
                 index_dir=args.index_dir,
                 tokenizer_dir=args.tokenizer_dir,
@@ -173,9 +177,8 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
     console.print(
         f"[bold]{report.evaluated}[/] questions ({escape(report.questions_source)}); index "
         f"{escape(s.index_dir)}: {retrieval}, chunks {s.chunker}; prefetch {s.prefetch}, "
-        f"margin {s.margin}, hedge {s.hedge}, long-tail route adds k={ks} chunks, {s.hops} "
-        f"hop(s); added tokens "
-        f"counted with "
+        f"margin {s.margin}, hedge {s.hedge}, long-tail route adds k={ks} chunks, top "
+        f"{s.spread} sections shown, {s.hops} hop(s); added tokens counted with "
         f"{escape(s.tokenizer)}"
         + (f"; budget {s.budget_tokens} tokens" if s.budget_tokens else ""),
         highlight=False,
@@ -233,7 +236,9 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
     types = sorted({t for r in report.results for t in r.by_type})
     if len(types) > 1:
         by_type = compact_table(
-            "By question type", ("type", "strategy", "n"), (*_COVERAGE_COLUMNS, "added\ntokens")
+            "By question type",
+            ("type", "strategy", "n"),
+            (*_COVERAGE_COLUMNS[:3], "added\ntokens", "uncached\ntokens"),
         )
         for qt in types:
             for r in report.results:
@@ -243,8 +248,9 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
                         escape(qt),
                         r.name,
                         str(m.questions),
-                        *_coverage_row(m),
+                        *_coverage_row(m)[:3],
                         f"{m.mean_added_tokens:,.0f}",
+                        f"{m.mean_uncached_tokens:,.0f}",
                     )
         console.print(by_type)
     if report.excluded_no_relevant:

@@ -4,10 +4,12 @@
 For one resident set (a plan's resident chunks, or nothing for RAG-only) and a question:
 
 - The question's chunks are ranked once over the whole corpus (`Index.search_chunks(query,
-  prefetch)`, resident chunks included) and routed by `residency.routing.decide_route` with the
-  same `k`, `margin` and `hedge` as the router: route "resident" adds the best `hedge`
-  non-resident chunk(s) (insurance), route "long_tail" adds the top `k` non-resident chunks
-  (RAG-only top-k: the empty resident set, every question gets the top k).
+  prefetch)`, resident chunks included) and routed by `residency.routing.route_question`, the
+  router's own function, with the same `RoutingSettings`: the prefix (several: the one holding
+  the best-ranked routed chunk), route "resident" adds the best `hedge` non-resident chunk(s)
+  (insurance), route "long_tail" adds the top `k` non-resident chunks, and the best chunk of
+  each of the top `spread` sections not shown yet follows. RAG-only top-k (the empty resident
+  set) adds the top k chunks and nothing else: no top sections, no dated route, one hop.
 - **Visible** chunks = resident chunks ∪ added chunks. A gold section is **visible** when at
   least one of its chunks is visible: a wholly resident section always is, and so is a section
   only partly resident (a part split at chunk boundaries) or one of whose chunks was retrieved.
@@ -26,6 +28,8 @@ For one resident set (a plan's resident chunks, or nothing for RAG-only) and a q
   whole, unless wholly in the routed prefix; a long-tail chunk of a pinned section is not added
   again. Plain RAG rows pin nothing.
 - **Second hop** (`hops` 2): `residency.routing.second_hop`'s chunk last; plain RAG: one hop.
+- **Uncached tokens**: the added chunks, the pinned sections and the question (the prefix it is
+  routed to is cached); **prompt tokens** add that prefix.
 - **Added tokens** (prompt tokens beyond the cached prefix): the sum over added chunks of
   count(render_chunk(chunk)) + 1 (the blank-line separator), counted with the plan's encoder, the
   same way the planner prices a section (the question, the same for every strategy, is not).
@@ -39,7 +43,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 
 from residency.corpus.model import Chunk, Section
 from residency.eval.coverage_report import (
@@ -52,7 +55,7 @@ from residency.eval.coverage_report import (
 )
 from residency.eval.dated import DatedPinning, dated_pinning
 from residency.eval.defaults import DEFAULT_PREFETCH
-from residency.eval.hops import SecondHop
+from residency.eval.hops import PivotRankings
 from residency.eval.questions import UNTYPED, Question
 from residency.eval.traffic import TrafficStats
 from residency.index import Index, manifest_hash
@@ -60,13 +63,11 @@ from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
 from residency.retrieval import FusedHit
 from residency.routing import (
-    DEFAULT_HEDGE,
-    DEFAULT_HOPS,
-    DEFAULT_MARGIN,
+    PrefixRoutes,
     Route,
-    choose_prefix,
-    decide_route,
-    routing_map,
+    RoutedQuestion,
+    RoutingSettings,
+    route_question,
 )
 from residency.tokenizer import ModelTokenizer
 
@@ -131,6 +132,16 @@ class ResidentSet:
             predicted_share=plan.coverage.resident_share if chunk_ids else None,
         )
 
+    def routes(self, section_of: Callable[[str], str]) -> PrefixRoutes:
+        """The prefixes a question is routed between (one, or the empty one of plain RAG)."""
+        return PrefixRoutes.build(self.prefix_chunks or (("p0", self.chunk_ids),), section_of)
+
+    def routing(self, settings: RoutingSettings) -> RoutingSettings:
+        """The router's `settings` at this row's k; plain RAG adds its top k and nothing else."""
+        if self.strategy == "rag":
+            return settings.model_copy(update={"k": self.k, "spread": 0, "hops": 1})
+        return settings.model_copy(update={"k": self.k})
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -164,39 +175,28 @@ def chunk_token_counts(index: Index, encoder: ModelTokenizer) -> dict[str, int]:
 
 
 def question_outcome(
-    hits: Sequence[FusedHit],
+    routed: RoutedQuestion,
     resident: Collection[str],
-    gold_chunks: Collection[str],
+    gold_sections: Sequence[Collection[str]],
     tokens: Mapping[str, int],
     *,
-    k: int,
-    margin: int,
-    hedge: int,
-    gold_sections: Sequence[Collection[str]] = (),
-    pinned: Sequence[Collection[str]] = (),
+    pinned: Collection[str] = (),
     pinned_tokens: int = 0,
-    hop: Callable[[tuple[str, ...], Collection[str]], str | None] | None = None,
 ) -> Outcome:
-    """Route one question and say whether its gold chunks are visible, and at what cost
-    (`gold_sections`: the chunks of each gold section, for `all_visible`; `pinned`: the chunks
-    of each dated section pinned whole, costing `pinned_tokens`; `hop`: the second hop, given
-    the added chunks and the pinned ones)."""
-    decision = decide_route(hits, resident, k=k, margin=margin, hedge=hedge)
-    pinned_chunks = {c for chunks in pinned for c in chunks}
-    added = [c for c in decision.long_tail_chunk_ids if c not in pinned_chunks]
-    extra = hop(tuple(added), pinned_chunks) if hop is not None else None
-    if extra is not None:
-        added.append(extra)
-    visible = set(added) | pinned_chunks
-    in_prefix = any(c in resident for c in gold_chunks)
-    retrieved = not in_prefix and any(c in gold_chunks for c in visible)
+    """Whether one routed question's gold evidence is visible, and at what cost (`resident`:
+    the chunks of the prefix it went out with; `gold_sections`: the chunks of each gold
+    section; `pinned`: the chunks of the dated sections pinned whole, costing `pinned_tokens`)."""
+    added = routed.chunk_ids
+    visible = {*added, *pinned}
+    gold = {c for chunks in gold_sections for c in chunks}
+    in_prefix = any(c in resident for c in gold)
+    retrieved = not in_prefix and any(c in gold for c in visible)
     all_visible = bool(gold_sections) and all(
         any(c in resident or c in visible for c in chunks) for chunks in gold_sections
     )
     cost = sum(tokens[c] for c in added) + pinned_tokens
-    return Outcome(
-        decision.route, in_prefix, retrieved, len(added) + len(pinned), cost, all_visible
-    )
+    n_pinned = len(routed.dated_section_ids)
+    return Outcome(routed.route, in_prefix, retrieved, len(added) + n_pinned, cost, all_visible)
 
 
 def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
@@ -244,23 +244,22 @@ def evaluate_resident_set(
     rankings: Mapping[str, Sequence[FusedHit]],
     resident: ResidentSet,
     tokens: Mapping[str, int],
-    margin: int,
-    hedge: int = DEFAULT_HEDGE,
+    routing: RoutingSettings | None = None,
     question_tokens: Mapping[str, int] | None = None,
     dated: DatedPinning | None = None,
-    hops: SecondHop | None = None,
+    pivots: PivotRankings | None = None,
 ) -> StrategyResult:
-    """Coverage of answerable `questions` (already ranked) under one resident set, and what each
-    prompt costs (`question_tokens`: each query's tokens; none: the question counts 0; `dated`:
-    the router's dated route, `hops`: its second hop, both for every row but plain RAG)."""
+    """Coverage of answerable `questions` (already ranked) under one resident set, each routed by
+    `route_question` with `routing` (default: the router's) at the row's k, and what each prompt
+    costs (`question_tokens`: each query's tokens; none: the question counts 0; `dated`: the
+    router's dated route, `pivots`: the second hop's rankings; plain RAG uses neither)."""
+    settings = resident.routing(routing or RoutingSettings())
     if resident.strategy == "rag":
         dated = None
-        hops = None
+    routes = resident.routes(index.section_of)
+    size_of = dict(zip(routes.chunks, resident.prefix_token_counts, strict=False))
     by_type: dict[str, list[Outcome]] = {}
     outcomes: list[Outcome] = []
-    prefix_of = routing_map(dict(resident.prefix_chunks))
-    per_prefix = dict(resident.prefix_chunks)
-    size_of = dict(zip(per_prefix, resident.prefix_token_counts, strict=False))
     for q in questions:
         if not q.relevant_ids:
             continue
@@ -271,31 +270,31 @@ def evaluate_resident_set(
         ]
         if len(gold_sections) < len(q.relevant_ids):
             gold_sections.append(frozenset())  # an unknown gold id is never visible
-        gold = {c for chunks in gold_sections for c in chunks}
-        visible = resident.chunk_ids
-        prefix_tokens = resident.prefix_tokens
-        if per_prefix:  # as the router serves it: only the chosen prefix is in the prompt
-            chosen = choose_prefix(rankings[q.query], prefix_of, resident.prefix_chunks[0][0])
-            visible = per_prefix[chosen]
-            prefix_tokens = size_of.get(chosen, prefix_tokens)
-        pinned, pinned_tokens = (
-            dated.pinned(q.query, rankings[q.query], visible) if dated else ((), 0)
+        hits = rankings[q.query]
+
+        def pin(prefix: frozenset[str], query: str = q.query) -> tuple[str, ...]:
+            assert dated is not None
+            return dated.sections(query, rankings[query], prefix)
+
+        routed = route_question(
+            hits,
+            routes,
+            settings,
+            index.section_of,
+            pin_dated=pin if dated is not None else None,
+            pivot_hits=pivots,
         )
-        hop = partial(hops.chunk, visible) if hops else None
+        pinned = {c.id for sid in routed.dated_section_ids for c in index.chunks_of(sid)}
         outcome = question_outcome(
-            rankings[q.query],
-            visible,
-            gold,
+            routed,
+            routes.chunks[routed.prefix_id],
+            gold_sections,
             tokens,
-            k=resident.k,
-            margin=margin,
-            hedge=hedge,
-            gold_sections=gold_sections,
             pinned=pinned,
-            pinned_tokens=pinned_tokens,
-            hop=hop,
+            pinned_tokens=dated.tokens(routed.dated_section_ids) if dated is not None else 0,
         )
         own = (question_tokens or {}).get(q.query, 0)
+        prefix_tokens = size_of.get(routed.prefix_id, resident.prefix_tokens)
         outcome = replace(
             outcome,
             prompt_tokens=prefix_tokens + outcome.added_tokens + own,
@@ -342,31 +341,25 @@ def evaluate_coverage(
     encoder: ModelTokenizer,
     *,
     source: str,
-    margin: int = DEFAULT_MARGIN,
-    hedge: int = DEFAULT_HEDGE,
-    prefetch: int = DEFAULT_PREFETCH,
+    routing: RoutingSettings | None = None,
     budget_tokens: int | None = None,
     simulation: TrafficStats | None = None,
     notes: Sequence[str] = (),
     progress: Callable[[int], None] | None = None,
-    today: dt.date | None = None,
-    max_dated: int = 0,
-    hops: int = DEFAULT_HOPS,
 ) -> CoverageReport:
-    """Rank every distinct answerable query once, then score each resident set on it
-    (`max_dated` > 0: with the router's dated route, time expressions resolved against
-    `today`, default the date today; `hops` 2: with the router's second hop)."""
+    """Rank every distinct answerable query once, then score each resident set on it, routed as
+    `residency serve` routes with `routing` (default: the router's defaults; its dated route
+    resolves time expressions against `routing.today`, default the date today)."""
+    s = routing or RoutingSettings()
     answerable = [q for q in questions if q.relevant_ids]
-    rankings = rank_queries(index, [q.query for q in answerable], prefetch, progress)
+    rankings = rank_queries(index, [q.query for q in answerable], s.prefetch, progress)
     tokens = chunk_token_counts(index, encoder)
     asked = {q.query: encoder.count(q.query) for q in answerable}
-    dated = dated_pinning(index, encoder, today, max_dated)
-    second = SecondHop(index, prefetch) if hops > 1 else None
+    dated = dated_pinning(index, encoder, s.today, s.max_dated)
+    pivots = PivotRankings(index, s.prefetch) if s.hops > 1 else None
     results = rescued_of_rag(
         [
-            evaluate_resident_set(
-                index, answerable, rankings, r, tokens, margin, hedge, asked, dated, second
-            )
+            evaluate_resident_set(index, answerable, rankings, r, tokens, s, asked, dated, pivots)
             for r in resident_sets
         ]
     )
@@ -385,10 +378,11 @@ def evaluate_coverage(
             embedder=m.embedder.name if m.embedder else None,
             sparse_tokenizer=m.sparse_tokenizer,
             chunker=f"{chunker.kind}/{chunker.chunk_chars}/{chunker.chunk_overlap}",
-            prefetch=prefetch,
-            margin=margin,
-            hedge=hedge,
-            hops=hops,
+            prefetch=s.prefetch,
+            margin=s.margin,
+            hedge=s.hedge,
+            spread=s.spread,
+            hops=s.hops,
             tokenizer=encoder.name,
             budget_tokens=budget_tokens,
             today=dated.today if dated else None,

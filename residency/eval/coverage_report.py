@@ -99,6 +99,12 @@ class CoverageSettings(BaseModel):
     prefetch: int = Field(ge=1, description="Chunks ranked per question before routing.")
     margin: int = Field(ge=0, description="Routing margin (decide_route).")
     hedge: int = Field(ge=0, description="Chunks the resident route still adds (decide_route).")
+    spread: int = Field(
+        default=0,
+        ge=0,
+        description="Top sections always shown (routing.top_section_chunks, plain RAG excepted; "
+        "0 in reports written before it existed).",
+    )
     hops: int = Field(
         default=1, ge=1, description="Retrieval hops (2: routing.second_hop, plain RAG excepted)."
     )

@@ -13,6 +13,7 @@ traffic with the same rankings.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import (
     CapacitySnapshot,
     LogSummary,
+    ResidencyPlan,
     Strategy,
     plan_index_dir,
     read_plan,
@@ -72,8 +74,8 @@ def _tokenizer_for_plan(
     return ApproxTokenizer()
 
 
-def evaluate_plan_file(
-    plan_path: Path,
+def evaluate_plan_files(
+    plan_paths: Sequence[Path],
     questions_path: Path,
     *,
     index_dir: Path | None = None,
@@ -81,50 +83,65 @@ def evaluate_plan_file(
     options: CoverageOptions | None = None,
     progress: BuildProgress | None = None,
 ) -> CoverageReport:
-    """Coverage of one plan.json on a questions file, against the index it was made from,
-    routed with `options` (k, margin, hedge, prefetch; default: the router's)."""
+    """Coverage of plan.json files made from one corpus (e.g. several prefixes and
+    `--prefixes 1`) side by side on a questions file, against the first plan's index, routed
+    with `options.routing` (default: the router's), beside rag-top`k` at the same k."""
     route = options or CoverageOptions()
-    if not plan_path.is_file():
-        raise ConfigError(f"--plan {plan_path}: no such file")
+    if not plan_paths:
+        raise ConfigError("--plan: give at least one plan.json")
+    for path in plan_paths:
+        if not path.is_file():
+            raise ConfigError(f"--plan {path}: no such file")
     if not questions_path.is_file():
         raise ConfigError(f"--questions {questions_path}: no such file")
-    plan = read_plan(plan_path)
-    directory = index_dir or plan_index_dir(plan, plan_path)
+    plans = [read_plan(path) for path in plan_paths]
+    directory = index_dir or plan_index_dir(plans[0], plan_paths[0])
     index = open_index(directory)
-    if index.manifest.corpus_hash != plan.corpus_hash:
-        raise ConfigError(
-            f"--plan {plan_path} was made from corpus {plan.corpus_hash[:12]}, but index "
-            f"{directory} holds corpus {index.manifest.corpus_hash[:12]}: re-plan against this "
-            "index, or pass the plan's own index (--index-dir)"
-        )
     known = {c.id for c in index.chunks}
-    missing = sorted(plan.resident_chunk_ids() - known)
-    if missing:
-        raise ConfigError(
-            f"--plan {plan_path}: {len(missing)} of {len(plan.resident_chunk_ids())} resident "
-            f"chunk ids (e.g. {missing[0]}) are not in index {directory}, which was re-chunked "
-            "since: re-plan against it"
-        )
+    for path, plan in zip(plan_paths, plans, strict=True):
+        _check_plan_index(path, plan, index, known)
     notes: list[str] = []
-    encoder = _tokenizer_for_plan(plan.prefix.tokenizer, index, tokenizer_dir, notes)
+    encoder = _tokenizer_for_plan(plans[0].prefix.tokenizer, index, tokenizer_dir, notes)
     questions = load_questions(questions_path)
+    k = route.routing.k
+    rows = [ResidentSet.from_plan(plan, k) for plan in plans]
+    names = [r.name for r in rows]
+    rows = [
+        replace(r, name=f"{r.name} ({path.stem})"[:64]) if names.count(r.name) > 1 else r
+        for r, path in zip(rows, plan_paths, strict=True)
+    ]
+    rag = f"rag-top{k}"
+    if rag not in names:  # RAG at the router's k: the baseline at equal k
+        rows.append(ResidentSet(rag, "rag", frozenset(), 0, 0, k))
     if progress is not None:
         progress.start("ranking questions", len({q.query for q in questions if q.relevant_ids}))
     return evaluate_coverage(
         index,
         questions,
-        [ResidentSet.from_plan(plan, route.routing.k)],
+        rows,
         encoder,
         source=str(questions_path),
-        margin=route.routing.margin,
-        hedge=route.routing.hedge,
-        prefetch=route.routing.prefetch,
+        routing=route.routing,
         notes=notes,
         progress=progress.advance if progress else None,
-        today=route.routing.today,
-        max_dated=route.routing.max_dated,
-        hops=route.routing.hops,
     )
+
+
+def _check_plan_index(path: Path, plan: ResidencyPlan, index: Index, known: set[str]) -> None:
+    """Refuse a plan made from another corpus, or from chunks this index no longer has."""
+    if index.manifest.corpus_hash != plan.corpus_hash:
+        raise ConfigError(
+            f"--plan {path} was made from corpus {plan.corpus_hash[:12]}, but index "
+            f"{index.directory} holds corpus {index.manifest.corpus_hash[:12]}: re-plan against "
+            "this index, or pass the plan's own index (--index-dir)"
+        )
+    missing = sorted(plan.resident_chunk_ids() - known)
+    if missing:
+        raise ConfigError(
+            f"--plan {path}: {len(missing)} of {len(plan.resident_chunk_ids())} resident "
+            f"chunk ids (e.g. {missing[0]}) are not in index {index.directory}, which was "
+            "re-chunked since: re-plan against it"
+        )
 
 
 @dataclass(frozen=True)
@@ -303,16 +320,11 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         rows,
         encoder,
         source=f"simulated from {job.squad_file}",
-        margin=opts.routing.margin,
-        hedge=opts.routing.hedge,
-        prefetch=opts.routing.prefetch,
+        routing=opts.routing,
         budget_tokens=opts.budget_tokens,
         simulation=traffic.stats,
         notes=notes,
         progress=progress.advance,
-        today=opts.routing.today,
-        max_dated=opts.routing.max_dated,
-        hops=opts.routing.hops,
     )
     draws = [r for r in report.results if r.name.startswith("random#")]
     merged: list[StrategyResult] = []

@@ -25,15 +25,17 @@ class DatedPinning:
     max_dated: int
     section_tokens: Mapping[str, int]  # each dated section rendered whole, plus its separator
 
-    def pinned(
+    def sections(
         self, query: str, hits: Sequence[FusedHit], prefix: Collection[str]
-    ) -> tuple[tuple[frozenset[str], ...], int]:
-        """(chunk ids of each pinned section, their prompt tokens) for one question routed to a
-        prefix holding the chunks `prefix`; nothing without a time expression."""
+    ) -> tuple[str, ...]:
+        """Ids of the sections pinned for one question routed to a prefix holding the chunks
+        `prefix`; none without a time expression."""
         period = resolve_period(query, self.today)
-        ids = pinned_dated(self.index, period, hits, prefix, self.max_dated)
-        chunks = tuple(frozenset(c.id for c in self.index.chunks_of(s)) for s in ids)
-        return chunks, sum(self.section_tokens[s] for s in ids)
+        return pinned_dated(self.index, period, hits, prefix, self.max_dated)
+
+    def tokens(self, section_ids: Collection[str]) -> int:
+        """Prompt tokens of pinned sections (each rendered whole, plus its separator)."""
+        return sum(self.section_tokens[s] for s in section_ids)
 
 
 def dated_pinning(

@@ -1,5 +1,7 @@
-"""Per-request context: retrieve over the whole corpus, decide the route, pin dated sections
-for a time expression, optionally prune, and render what goes after the resident prefix.
+"""Per-request context: retrieve over the whole corpus, route it
+(`residency.routing.route_question`: the prefix, the long-tail chunks, the dated sections pinned
+for a time expression, the top sections wherever they live, the second hop), optionally prune,
+and render what goes after the resident prefix.
 
 Shared by the router and `residency eval answers`, so both put the same text in front of the
 model for the same question.
@@ -19,7 +21,7 @@ from residency.errors import ConfigError
 from residency.index import Index
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
-from residency.routing import ChunkHit, choose_prefix, decide_route, routing_map, second_hop
+from residency.routing import ChunkHit, PrefixRoutes, route_question
 from residency.serve.prompt import ContextBlock
 from residency.serve.pruner import Passage, PruneResult, prune
 from residency.serve.settings import RetrieverName, ServeSettings
@@ -46,7 +48,7 @@ class Retrieval:
     question: str
     route: RequestRoute
     top_chunk_id: str | None
-    chunk_ids: tuple[str, ...]  # long-tail chunks to add, best first
+    chunk_ids: tuple[str, ...]  # chunks added after the prefix (route_question's order)
     period: Period | None
     dated_section_ids: tuple[str, ...]  # sections pinned for the period, first in the prompt
     retrieval_s: float
@@ -80,15 +82,11 @@ class ContextBuilder:
         self.resident_chunk_ids = plan.resident_chunk_ids()
         self.prefixes = {p.id: p for p in plan.all_prefixes()}
         self.default_prefix = plan.all_prefixes()[0].id
-        self._prefix_chunks = {
-            p.id: frozenset(c for item in p.resident for c in item.chunk_ids)
-            for p in self.prefixes.values()
-        }
-        self._prefix_of = routing_map(self._prefix_chunks)
-        self._prefix_sections = {
-            p: frozenset(index.section_of(c) for c in chunks)
-            for p, chunks in self._prefix_chunks.items()
-        }
+        self._routes = PrefixRoutes.build(
+            ((p.id, frozenset(c for item in p.resident for c in item.chunk_ids))
+             for p in self.prefixes.values()),
+            index.section_of,
+        )  # fmt: skip
         # The second hop's query is a chunk's own text: its ranking never changes while this
         # index is loaded (lru_cache is safe from the threads retrieve runs on).
         self._pivot_hits = lru_cache(maxsize=PIVOT_CACHE)(self._rank_chunk_text)
@@ -107,32 +105,27 @@ class ContextBuilder:
         """Retrieve, route and pin dated sections (CPU-bound: run it off the event loop)."""
         started = time.perf_counter()
         s = self.settings.routing
-        hits: Sequence[ChunkHit] = self._retriever.search(question, max(s.prefetch, s.k + 1))
-        prefix = choose_prefix(hits, self._prefix_of, self.default_prefix)
-        decision = decide_route(
-            hits, self._prefix_chunks[prefix], k=s.k, margin=s.margin, hedge=s.hedge
+        hits: Sequence[ChunkHit] = self._retriever.search(
+            question, max(s.prefetch, s.k + 1, s.spread)
         )
         period = resolve_period(question, today or s.today or dt.date.today())
-        dated = pinned_dated(self.index, period, hits, self._prefix_chunks[prefix], s.max_dated)
-        chunk_ids = tuple(
-            c for c in decision.long_tail_chunk_ids if self.index.section_of(c) not in dated
+
+        def pin(prefix_chunks: frozenset[str]) -> tuple[str, ...]:
+            return pinned_dated(self.index, period, hits, prefix_chunks, s.max_dated)
+
+        routed = route_question(
+            hits, self._routes, s, self.index.section_of, pin_dated=pin, pivot_hits=self._pivot_hits
         )
-        if s.hops > 1 and chunk_ids:
-            seen = self._prefix_sections[prefix].union(
-                dated, (self.index.section_of(c) for c in chunk_ids)
-            )
-            extra = second_hop(self._pivot_hits(chunk_ids[0]), seen, self.index.section_of)
-            chunk_ids += (extra,) if extra is not None else ()
-        route: RequestRoute = "dated" if dated else decision.route
+        route: RequestRoute = "dated" if routed.dated_section_ids else routed.route
         return Retrieval(
             question=question,
             route=route,
-            top_chunk_id=decision.top_chunk_id,
-            chunk_ids=chunk_ids,
+            top_chunk_id=routed.top_chunk_id,
+            chunk_ids=routed.chunk_ids,
             period=period,
-            dated_section_ids=dated,
+            dated_section_ids=routed.dated_section_ids,
             retrieval_s=time.perf_counter() - started,
-            prefix_id=prefix,
+            prefix_id=routed.prefix_id,
         )
 
     def _rank_chunk_text(self, chunk_id: str) -> tuple[ChunkHit, ...]:
