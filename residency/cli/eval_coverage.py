@@ -4,7 +4,7 @@ every strategy on a SQuAD-style file (registered on the `residency eval` app).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
@@ -52,8 +52,11 @@ class CoverageArgs(BaseModel):
         description="Index to use: --plan: instead of the plan's own; --squad: build or reuse "
         "it here (default: under --cache-dir).",
     )
-    dense: bool = Field(
-        default=False, description="--squad: hybrid index (dense + BM25); embedding takes minutes."
+    retriever: Literal["bm25", "hybrid"] = Field(
+        default="bm25",
+        description="--squad: how every row retrieves: bm25, or hybrid (dense + BM25 fused, "
+        "as `residency serve` defaults to; embedding the corpus takes minutes on 2 cores). "
+        "--plan uses the plan's index as the router does.",
     )
     cache_dir: Annotated[Path, Flag(show_default="CACHE/coverage")] = Field(
         default=COVERAGE_CACHE,
@@ -106,7 +109,7 @@ def coverage(args: CoverageArgs) -> None:
             options=options,
             traffic=args.traffic,
             index_dir=args.index_dir,
-            dense=args.dense,
+            dense=args.retriever == "hybrid",
             cache_dir=args.cache_dir,
         )
         with bar:

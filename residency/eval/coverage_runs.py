@@ -4,10 +4,10 @@ simulated side-by-side comparison of every strategy on a SQuAD-style file
 
 The simulation imports the SQuAD file once into ``CACHE/coverage/squad-<sha>/corpus`` (CACHE:
 the cache directory, residency/paths.py) and builds (or reuses) a BM25-only index beside it
-(``--dense`` opts into hybrid retrieval: the embedding takes minutes on 2 cores). Token counts
-come from the project's tiny tokenizer, every strategy plans the same budget (block size 16, no
-hybrid alignment) from the same simulated log, and every row is evaluated on the same evaluation
-traffic with the same rankings.
+(``--retriever hybrid`` opts into hybrid retrieval: the embedding takes minutes on 2 cores).
+Token counts come from the project's tiny tokenizer, every strategy plans the same budget (block
+size 16, no hybrid alignment) from the same simulated log, and every row is evaluated on the same
+evaluation traffic with the same rankings.
 """
 
 from __future__ import annotations
@@ -306,7 +306,11 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         affinity = merge_affinity(co_asked(traffic.log, search, job.depth), index_closeness(index))
         served = build_prefix_plan(index, mass, affinity, host, encoder, options)
         rows.append(ResidentSet.from_plan(served, opts.routing.k, name="residency"))
-    retrieval = "hybrid (dense + BM25)" if job.dense else "BM25-only (pass --dense for hybrid)"
+    retrieval = (
+        "hybrid (dense + BM25)"
+        if job.dense
+        else "BM25-only (--retriever hybrid: dense + BM25, as the router)"
+    )
     notes = [
         f"index {'reused' if reused else 'built'}: {index.directory}; retrieval {retrieval}",
         f"tokens counted with the tiny tokenizer {tokenizer_dir.name}",
