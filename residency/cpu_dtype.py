@@ -7,6 +7,12 @@ prefill through /v1/completions: 2,048 tokens in 8.79 s with `--dtype bfloat16` 
 with `--dtype float32` (the demo's and the test fixtures' server; DESIGN.md §5). So residency
 starts vLLM in bfloat16 where the CPU has it and in float32 elsewhere; `--dtype` overrides.
 
+Hybrid (Gated DeltaNet) models are the exception: vLLM's CPU GDN kernel runs in bfloat16 only
+(`assert mixed_qkv.dtype == torch.bfloat16, "CPU GDN attention requires BF16."`,
+vllm/model_executor/layers/mamba/ops/cpu/gdn_attention.py, vLLM 0.32): a float32 server starts,
+then its engine dies on the first request. So `auto` gives them bfloat16 on every CPU, and an
+explicit float32 is refused.
+
 float32 doubles the KV bytes per token (and the GDN state of hybrid models): the planner reads
 the dtype the server runs from its own block count (`residency.capacity.report`).
 """
@@ -19,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.units import DTYPE_BYTES
+from residency.errors import ConfigError
 from residency.machine import cpu_flags
 
 CpuDtype = Literal["bfloat16", "float32"]
@@ -42,16 +49,32 @@ class DtypeChoice(BaseModel):
     reason: str = Field(min_length=1, max_length=512, description="Why this dtype, in one line.")
 
 
-def choose_cpu_dtype(requested: CpuDtypeFlag = "auto", proc: Path = Path("/proc")) -> DtypeChoice:
+def choose_cpu_dtype(
+    requested: CpuDtypeFlag = "auto", proc: Path = Path("/proc"), *, hybrid: bool = False
+) -> DtypeChoice:
     """`requested` unless it is auto; else bfloat16 with native bf16 in the CPU, float32 without.
+    A `hybrid` (GDN) model runs bfloat16 on every CPU; float32 for one is a ConfigError.
 
     >>> choose_cpu_dtype("float32").dtype
     'float32'
+    >>> choose_cpu_dtype("auto", hybrid=True).dtype
+    'bfloat16'
     """
+    if hybrid and requested == "float32":
+        raise ConfigError(
+            "--dtype float32: vLLM's CPU build runs Gated DeltaNet (hybrid) layers in bfloat16 "
+            "only (its GDN kernel asserts it); use --dtype auto or bfloat16"
+        )
     if requested != "auto":
         return DtypeChoice(dtype=requested, reason=f"--dtype {requested} (given)")
     flags = cpu_flags(proc)
     native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
+    if hybrid:
+        how = f"native here ({', '.join(native)})" if native else "emulated on this CPU"
+        return DtypeChoice(
+            dtype="bfloat16",
+            reason=f"bfloat16: vLLM's CPU GDN kernel (hybrid model) runs bfloat16 only; {how}",
+        )
     if native:
         return DtypeChoice(
             dtype="bfloat16",

@@ -68,13 +68,23 @@ REAL_MAX_MODEL_LEN = 8192
 # Prefix caching and token details as for the tiny models; compact JSON for the pruner / judge.
 REAL_SERVER_ARGS: tuple[str, ...] = DENSE_SERVER_ARGS
 # The hybrid model's shared server: prefix caching (mamba align mode) and token details.
-HYBRID_SERVER_ARGS: tuple[str, ...] = (*BASE_SERVER_ARGS, "--enable-prefix-caching")
+# vLLM's CPU GDN kernel runs bfloat16 only (residency.cpu_dtype): the hybrid servers name it on
+# every CPU (emulated without AVX512-BF16), so their KV space is the bf16 1 GiB.
+HYBRID_DTYPE = choose_cpu_dtype("auto", hybrid=True)
+HYBRID_SERVER_ARGS: tuple[str, ...] = (
+    *BASE_SERVER_ARGS,
+    "--enable-prefix-caching",
+    "--dtype",
+    HYBRID_DTYPE.dtype,
+)
 # bfloat16 where the CPU has AMX-BF16 or AVX512-BF16, else float32 (residency.cpu_dtype).
 SERVER_DTYPE = choose_cpu_dtype(test_dtype_flag())
 # Bytes per KV element on the suite's servers, and the VLLM_CPU_KVCACHE_SPACE a 1 GiB (bf16)
 # configuration gets: the same KV tokens on every CPU (tests/vllm_pool.py).
 SERVER_DTYPE_BYTES = DTYPE_BYTES[SERVER_DTYPE.dtype]
 SERVER_KV_GIB = same_tokens_gib(SERVER_DTYPE.dtype, KV_CACHE_SPACE_GIB)
+HYBRID_DTYPE_BYTES = DTYPE_BYTES[HYBRID_DTYPE.dtype]
+HYBRID_KV_GIB = same_tokens_gib(HYBRID_DTYPE.dtype, KV_CACHE_SPACE_GIB)
 
 
 def _server_python() -> Path:

@@ -219,6 +219,38 @@ def test_planner_matches_vllms_own_numbers_in_parallel(
 # --- real servers: the representative subset -------------------------------------------------
 
 
+# Flags that shape no KV cache: the API server's (vLLM's engine parser does not know them)
+# and the planner's unknowns; the value after a flag that takes one goes with it.
+_NOT_KV = {
+    "--enforce-eager": 0,
+    "--enable-prompt-tokens-details": 0,
+    "--structured-outputs-config": 1,
+    "--distributed-executor-backend": 1,
+}
+
+
+def kv_shaping(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The server's flags that the planner and vLLM's engine parser both take."""
+    out: list[str] = []
+    skip = 0
+    for arg in args:
+        if skip:
+            skip -= 1
+            continue
+        name = arg.split("=", 1)[0]
+        if name in _NOT_KV:
+            skip = 0 if "=" in arg else _NOT_KV[name]
+            continue
+        out.append(arg)
+    return tuple(out)
+
+
+def test_kv_shaping_drops_flags_and_their_values() -> None:
+    args = ("--enforce-eager", "--structured-outputs-config", '{"a": 1}', "--block-size", "16",
+            "--structured-outputs-config={}", "--enable-prefix-caching")  # fmt: skip
+    assert kv_shaping(args) == ("--block-size", "16", "--enable-prefix-caching")
+
+
 def _assert_server_agrees(
     pool: VllmServerPool, server: VllmServer, spec: ServerSpec, parallel_args: tuple[str, ...] = ()
 ) -> dict[str, object]:
@@ -226,11 +258,7 @@ def _assert_server_agrees(
     gib = pool.kv_gib_of(spec)
     assert gib is not None
     args = pool.args_of(spec)
-    # Only the flags the planner knows: the KV-shaping ones (not --enable-prompt-tokens-details).
-    plan_flags = tuple(
-        a for a in args if a not in ("--enforce-eager", "--enable-prompt-tokens-details")
-    )
-    plan_flags = tuple(a for a in plan_flags if not a.startswith("--structured-outputs"))
+    plan_flags = kv_shaping(args)
     report, offline = assert_planner_agrees(
         server,
         spec.model_dir,
@@ -239,8 +267,9 @@ def _assert_server_agrees(
         tuple(a for a in plan_flags if a not in parallel_args),
         parallel_args,
     )
+    engine_flags = tuple(a for a in args if a != "--enable-prompt-tokens-details")  # API server's
     numbers = vllm_numbers(
-        spec.model_dir, args, max_model_len=spec.max_model_len, kv_cache_space_gib=gib
+        spec.model_dir, engine_flags, max_model_len=spec.max_model_len, kv_cache_space_gib=gib
     )
     served = report["server"]
     assert isinstance(served, dict)

@@ -12,6 +12,7 @@ from planner import CacheSettings, build_kv_layout
 from residency.capacity.profiles import resolve_model
 from residency.capacity.server import infer_settings
 from residency.cpu_dtype import choose_cpu_dtype, same_tokens_gib, with_dtype
+from residency.errors import ConfigError
 
 # /proc/cpuinfo of the kinds of 2-core cloud VM seen (flags abridged).
 XEON_AMX = (
@@ -66,6 +67,23 @@ def test_auto_picks_bfloat16_only_where_the_cpu_computes_it(
 def test_a_given_dtype_wins_over_the_cpu(tmp_path: Path, flag: str, cpuinfo: str) -> None:
     choice = choose_cpu_dtype(flag, _proc(tmp_path / "proc", cpuinfo))  # type: ignore[arg-type]
     assert (choice.dtype, choice.reason) == (flag, f"--dtype {flag} (given)")
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "said"),
+    [pytest.param(XEON_AMX, "native here", id="xeon-amx"),
+     pytest.param(EPYC_AVX2, "emulated on this CPU", id="epyc-avx2")],
+)  # fmt: skip
+def test_a_hybrid_model_runs_bfloat16_on_every_cpu(tmp_path: Path, cpuinfo: str, said: str) -> None:
+    # vLLM's CPU GDN kernel asserts bfloat16: a float32 hybrid server dies on its first request.
+    proc = _proc(tmp_path / "proc", cpuinfo)
+    choice = choose_cpu_dtype("auto", proc, hybrid=True)
+    assert choice.dtype == "bfloat16"
+    assert "GDN" in choice.reason
+    assert said in choice.reason
+    assert choose_cpu_dtype("bfloat16", proc, hybrid=True).dtype == "bfloat16"
+    with pytest.raises(ConfigError, match=r"^--dtype float32: .*bfloat16 only.*--dtype auto"):
+        choose_cpu_dtype("float32", proc, hybrid=True)
 
 
 def test_server_args_get_the_dtype_unless_they_name_one() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import SERVER_DTYPE_BYTES, SERVER_KV_GIB
+from conftest import HYBRID_DTYPE_BYTES, HYBRID_KV_GIB, SERVER_DTYPE_BYTES, SERVER_KV_GIB
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 from vllm_pool import ServerSpec, VllmServerPool
@@ -226,7 +226,7 @@ def test_hybrid_server_starts_and_completes(vllm_hybrid_server: VllmServer) -> N
     # 3,072 + 65,536 = 68,608 B against 512 B per token: 128 x ceil(68,608 / 65,536) = 256-token
     # blocks; with a 16-bit state (35,840 B), or all in float32 (71,680 B against 1,024 B per
     # token), 128. The label is vLLM's resolved value ("auto": the conv-state dtype).
-    d = SERVER_DTYPE_BYTES
+    d = HYBRID_DTYPE_BYTES  # bfloat16 on every CPU (vLLM's CPU GDN kernel)
     ssm_bytes = 4 if labels["mamba_ssm_cache_dtype"] == "float32" else d
     spec = HYBRID_SPEC
     conv_dim = 2 * spec.linear_num_key_heads * spec.linear_key_head_dim + (
@@ -243,7 +243,7 @@ def test_hybrid_server_starts_and_completes(vllm_hybrid_server: VllmServer) -> N
     assert expected_block_size == (256 if (d, ssm_bytes) == (2, 4) else 128)
     # 4 groups of 1 layer share one pool of equal pages.
     page_bytes = expected_block_size * attention_bytes_per_token
-    assert int(labels["num_gpu_blocks"]) == (SERVER_KV_GIB << 30) // page_bytes
+    assert int(labels["num_gpu_blocks"]) == (HYBRID_KV_GIB << 30) // page_bytes
 
 
 @pytest.mark.vllm

@@ -107,6 +107,12 @@ def test_the_subscriber_replays_what_came_before_it_then_follows_live() -> None:
     try:
         for ts in (1.0, 2.0, 3.0):  # before anyone listens: only the replay has them
             publisher.publish(_vllm_batch(ts))
+        # publish() only queues: its thread sends and buffers. A replay that ran before the
+        # thread got to batch 3 would miss it, and PUB would drop it (no SUB yet): wait.
+        deadline = time.monotonic() + 60
+        while len(publisher._buffer) < 3:  # vLLM's replay buffer
+            assert time.monotonic() < deadline, "vLLM's publisher did not buffer 3 batches"
+            time.sleep(0.01)
         asyncio.run(_follow(publisher, pub_port, replay_port))
     finally:
         publisher.shutdown()

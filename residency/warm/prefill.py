@@ -114,14 +114,18 @@ def warm(
     have evicted an earlier prefix). `progress` hears one step per prefix prefilled."""
     with open_client(options) as client:
         wait_for_health(client, options.timeout_s)
+        # Every prefix is checked against the server before the first is prefilled: a
+        # mismatch is one error line, with nothing sent and no progress begun.
+        checked = [
+            (p.id, view, check_server(view, client, options.allow_model_mismatch))
+            for p in plan.all_prefixes()
+            for view in (plan.for_prefix(p.id),)
+        ]
         warmed: list[tuple[str, ResidencyPlan, WarmTarget, list[SendResult]]] = []
-        prefixes = plan.all_prefixes()
         if progress is not None:
-            progress.start("prefilling prefixes", len(prefixes))
-        for p in prefixes:
-            view = plan.for_prefix(p.id)
-            target = check_server(view, client, options.allow_model_mismatch)
-            warmed.append((p.id, view, target, admit(client, target, options.max_sightings)))
+            progress.start("prefilling prefixes", len(checked))
+        for prefix_id, view, target in checked:
+            warmed.append((prefix_id, view, target, admit(client, target, options.max_sightings)))
             if progress is not None:
                 progress.advance(1)
         entries: list[PrefixWarm] = []
