@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from residency.corpus.drafts import Draft
 from residency.corpus.model import MAX_SECTION_CHARS, SkippedInput
 
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 8 << 20  # read at a time by the scan
+LINE_BLOCK_BYTES = 1 << 20  # read at a time by the line reader
 NUL_WINDOW = 8192  # a NUL byte in the first 8 KiB: a binary file, not text
 _BLANK = re.compile(r"^[ \t]*$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -59,7 +60,7 @@ def scan_file(path: Path, text: bool, block_bytes: int = BLOCK_BYTES) -> FileSca
     size = newlines = 0
     decoder = codecs.getincrementaldecoder("utf-8")()
     problem: tuple[str, int] | None = None
-    blank = True
+    blank, first = True, True  # first: no character decoded yet (a BOM there is dropped)
     with path.open("rb") as f:
         while block := f.read(block_bytes):
             digest.update(block)
@@ -72,7 +73,8 @@ def scan_file(path: Path, text: bool, block_bytes: int = BLOCK_BYTES) -> FileSca
                     except UnicodeDecodeError as exc:
                         problem = _not_utf8(exc, size, newlines, len(block))
                     else:
-                        blank = blank and not _strip_bom(piece, size == 0).strip()
+                        blank = blank and not _strip_bom(piece, first).strip()
+                        first = first and not piece
             elif not text:
                 blank = blank and not block.strip()
             size += len(block)
@@ -103,15 +105,30 @@ def _not_utf8(exc: UnicodeDecodeError, size: int, newlines: int, block: int) -> 
     return reason, line
 
 
-def text_lines(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 file (already scanned), as ``text.splitlines()`` gives them."""
-    first = True
+def text_lines(path: Path, block_bytes: int = LINE_BLOCK_BYTES) -> Iterator[str]:
+    """The lines of a UTF-8 file (already scanned), as ``text.splitlines()`` gives them, read
+    `block_bytes` at a time (a file that changed since its scan gets U+FFFD for bad bytes)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    carry, first = "", True
     with path.open("rb") as f:
-        for raw in f:  # cut at b"\n": "\r\n" stays within one piece
-            piece = raw.decode("utf-8")
-            if first:
-                piece, first = _strip_bom(piece, True), False
-            yield from piece.splitlines()
+        while True:
+            block = f.read(block_bytes)
+            text = carry + decoder.decode(block, final=not block)
+            if first and text:
+                text, first = _strip_bom(text, True), False
+            pieces = text.splitlines(keepends=True)
+            # The last piece may go on in the next block (no line end yet, or a "\r" that a
+            # "\n" may follow: one line end, as splitlines reads "\r\n").
+            carry = pieces.pop() if block and pieces and _open_ended(pieces[-1]) else ""
+            for piece in pieces:
+                yield piece.splitlines()[0]
+            if not block:
+                return
+
+
+def _open_ended(piece: str) -> bool:
+    """True when `piece` (one of ``splitlines(keepends=True)``) has no complete line end."""
+    return piece.endswith("\r") or piece.splitlines()[0] == piece
 
 
 @dataclass(slots=True)
