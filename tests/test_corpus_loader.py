@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from vllm_server import VllmServer
 
 from residency.corpus.loader import load_corpus, slugify
+from residency.corpus.text_files import scan_file, text_lines
 from residency.errors import ConfigError, CorpusError
 from residency.tokenizer import (
     ApproxTokenizer,
@@ -328,3 +331,84 @@ def test_a_section_over_the_limit_is_skipped_with_its_file_and_size(tmp_path: Pa
     assert skipped.file == "huge.txt"
     assert f"{MAX_SECTION_CHARS:,}" in skipped.reason
     assert f"{(tmp_path / 'huge.txt').stat().st_size:,} bytes" in skipped.reason
+
+
+def test_txt_lines_are_cut_where_splitlines_cuts_them(tmp_path: Path) -> None:
+    # A BOM, CRLF, a blank line of spaces and a tab, U+2028 and a lone CR inside a paragraph,
+    # a paragraph of an ideographic space (no text once stripped: no section), no final newline.
+    text = "\ufeffFirst para\r\nline two\r\n\r\n  \t\r\nthird\u2028same\rstill\n\n\n\u3000\n\nlast"
+    (tmp_path / "notes.txt").write_bytes(text.encode("utf-8"))
+    corpus = load_corpus(tmp_path, ApproxTokenizer())
+    assert [(s.id, s.line, s.text) for s in corpus.sections] == [
+        ("notes#p1", 1, "First para\nline two"),
+        ("notes#p2", 5, "third\nsame\nstill"),
+        ("notes#p3", 12, "last"),
+    ]
+    assert corpus.skipped == ()
+
+
+@pytest.mark.parametrize("block_bytes", [pytest.param(8 << 20, id="one-block"), 1, 2, 3, 5])
+@pytest.mark.parametrize(
+    ("data", "offset", "line", "byte"),
+    [
+        pytest.param("ab\néé\nx".encode() + b"\xff", 9, 3, 0xFF, id="bad-byte"),
+        pytest.param(b"\xef\xbb\xbfab\n\xc3", 6, 2, 0xC3, id="bom-then-truncated"),
+        pytest.param(b"ab\n" + b"\xe3\x81\n", 3, 2, 0xE3, id="cut-sequence"),
+    ],
+)
+def test_a_non_utf8_file_names_the_byte_its_offset_and_line(
+    tmp_path: Path, block_bytes: int, data: bytes, offset: int, line: int, byte: int
+) -> None:
+    path = tmp_path / "bad.txt"
+    path.write_bytes(data)
+    scan = scan_file(path, text=True, block_bytes=block_bytes)
+    assert scan.problem == f"not UTF-8 (byte {byte:#04x} at offset {offset}); re-save as UTF-8"
+    assert (scan.line, scan.size_bytes) == (line, len(data))
+    assert scan.sha256 == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("block_bytes", [1, 4, 8 << 20])
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        pytest.param("灯台\n".encode(), None, id="utf8"),
+        pytest.param(b"\xef\xbb\xbf \n\t\xe3\x80\x80\n", "empty file", id="bom-and-spaces"),
+        pytest.param(b"x" * 9000 + b"\x00", None, id="nul-after-8k"),
+        pytest.param(b"ab\x00cd", "binary file (NUL bytes); not text", id="nul"),
+    ],
+)
+def test_scan_finds_text_blank_and_binary_files(
+    tmp_path: Path, block_bytes: int, data: bytes, problem: str | None
+) -> None:
+    path = tmp_path / "f.txt"
+    path.write_bytes(data)
+    assert scan_file(path, text=True, block_bytes=block_bytes).problem == problem
+
+
+def test_a_paragraph_over_the_limit_is_skipped_and_the_next_keeps_its_number(
+    tmp_path: Path,
+) -> None:
+    from residency.corpus.model import MAX_SECTION_CHARS
+
+    long = "w" + " word" * (MAX_SECTION_CHARS // 5)  # one character over the limit
+    (tmp_path / "notes.txt").write_text(f"before\n\n{long}\n\nafter\n", "utf-8")
+    corpus = load_corpus(tmp_path, ApproxTokenizer())
+    assert [(s.id, s.line) for s in corpus.sections] == [("notes#p1", 1), ("notes#p3", 5)]
+    (skipped,) = corpus.skipped
+    assert (skipped.file, skipped.line) == ("notes.txt", 3)
+    assert f"'notes#p2' holds {MAX_SECTION_CHARS + 1:,} characters" in skipped.reason
+
+
+@pytest.mark.parametrize("block_bytes", [1, 2, 3, 7, 1 << 20])
+def test_text_lines_read_in_blocks_equal_splitlines_of_the_whole_text(
+    tmp_path: Path, block_bytes: int
+) -> None:
+    pieces = ["a", "é", "灯", "\n", "\r", "\r\n", "\u2028", "\x0b", "\x85", " ", "\ufeff"]
+    rng = random.Random(33)
+    path = tmp_path / "f.txt"
+    for _ in range(400):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        data = (b"\xef\xbb\xbf" if rng.random() < 0.3 else b"") + text.encode()
+        path.write_bytes(data)
+        expected = data.decode("utf-8-sig").splitlines()
+        assert list(text_lines(path, block_bytes)) == expected, data

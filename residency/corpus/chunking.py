@@ -151,8 +151,10 @@ def chunk_sections(
     embedder: Embedder | None = None,
     progress: Callable[[int], None] | None = None,
     known: Mapping[str, Sequence[Span]] | None = None,
+    first_order: int = 0,
 ) -> list[Chunk]:
-    """Chunks of every section in corpus order, ids '<section id>::c<N>' from 1."""
+    """Chunks of every section in corpus order, ids '<section id>::c<N>' from 1; `first_order`
+    is the first chunk's `order` (the chunks before it when sections come in batches)."""
     chunks: list[Chunk] = []
     all_spans = section_spans(sections, settings, embedder, progress, known)
     for section, spans in zip(sections, all_spans, strict=True):
@@ -167,7 +169,7 @@ def chunk_sections(
                 Chunk(
                     id=chunk_id(section.id, n),
                     section_id=section.id,
-                    order=len(chunks),
+                    order=first_order + len(chunks),
                     start_char=span.start,
                     end_char=span.end,
                     text=text,

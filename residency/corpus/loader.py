@@ -25,38 +25,52 @@ Hidden files and directories (name starting with '.') are not part of the corpus
 Incremental loading: given the previous build (`PreviousCorpus`), a file whose sha256 and reader
 version are unchanged is not parsed again: its sections (and their token counts, when counted the
 same way) and its skipped inputs are taken from the previous build.
+
+Bounded memory: `CorpusStream` yields sections as it reads them (token counts in batches of
+`SECTION_BATCH`), keeping only section ids and per-file summaries; .txt and .jsonl files are
+streamed line by line (`residency.corpus.text_files`), other formats are read one file at a time.
+`load_corpus` collects the stream for callers that want every section at once.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from residency.corpus.drafts import PREAMBLE_ANCHOR, Draft, slugify
 from residency.corpus.formats import (
-    BINARY_FORMATS,
     MISSING_LIBRARY,
     READER_VERSION,
     SUPPORTED_SUFFIXES,
+    TEXT_SUFFIXES,
     read_binary,
 )
 from residency.corpus.markdown import parse_markdown
 from residency.corpus.model import MAX_SECTION_CHARS, Section, SkippedInput, SourceFile
+from residency.corpus.text_files import (
+    FileScan,
+    Oversized,
+    jsonl_drafts,
+    scan_file,
+    text_lines,
+    txt_drafts,
+)
 from residency.errors import ConfigError, CorpusError
 from residency.progress import BuildProgress
 from residency.tokenizer import ModelTokenizer, TokenCountInfo
 
-__all__ = ["PREAMBLE_ANCHOR", "SUPPORTED_SUFFIXES", "Corpus", "PreviousCorpus", "slugify"]
+__all__ = [
+    "PREAMBLE_ANCHOR",
+    "SUPPORTED_SUFFIXES",
+    "Corpus",
+    "CorpusStream",
+    "PreviousCorpus",
+    "slugify",
+]
 
-_BLANK = re.compile(r"^[ \t]*$")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+SECTION_BATCH = 512  # sections counted (one count_batch call) and handed on together
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +87,10 @@ class Corpus:
     removed_files: tuple[str, ...] = ()  # in the previous build, gone now
 
 
+def _no_sections(rel: str) -> Iterable[Section]:
+    return ()
+
+
 @dataclass(frozen=True, slots=True)
 class PreviousCorpus:
     """What the previous build read: enough to reuse its work on the files that did not change."""
@@ -80,94 +98,9 @@ class PreviousCorpus:
     reader_version: str | None
     token_count: TokenCountInfo | None
     files: Mapping[str, str]  # relpath -> sha256
-    sections: Mapping[str, Sequence[Section]] = field(default_factory=dict)  # by file
+    # The previous build's sections of one file, in order (read when needed, not held).
+    sections_of: Callable[[str], Iterable[Section]] = _no_sections
     skipped: Mapping[str, Sequence[SkippedInput]] = field(default_factory=dict)  # by file
-
-
-class JsonlRecord(BaseModel):
-    """One line of a .jsonl corpus file (other fields are ignored)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", defer_build=True)
-
-    id: str = Field(min_length=1, max_length=1024, pattern=r"\S", description="Section id.")
-    text: str = Field(min_length=1, max_length=10_000_000, pattern=r"\S", description="Body.")
-    title: str | None = Field(default=None, max_length=1024, description="Title.")
-    date: str | None = Field(default=None, pattern=_DATE.pattern, description="YYYY-MM-DD.")
-    tags: tuple[str, ...] = Field(default=(), max_length=256, description="Tags.")
-    source: str | None = Field(default=None, max_length=1024, description="Provenance.")
-
-
-def parse_txt(stem: str, text: str) -> list[Draft]:
-    """One section per blank-line separated paragraph."""
-    drafts: list[Draft] = []
-    para: list[str] = []
-    start = 0
-    for line_no, line in enumerate([*text.splitlines(), ""], start=1):
-        if _BLANK.match(line):
-            if para:
-                n = len(drafts) + 1
-                drafts.append(Draft(f"{stem}#p{n}", start, "", "\n".join(para).strip()))
-            para = []
-        else:
-            if not para:
-                start = line_no
-            para.append(line)
-    return drafts
-
-
-def _validation_reason(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:3]:
-        loc = ".".join(str(p) for p in err["loc"]) or "record"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
-
-
-def parse_jsonl(rel: str, text: str) -> tuple[list[Draft], list[SkippedInput]]:
-    """One section per JSON line; bad lines come back as skipped inputs with their line."""
-    drafts: list[Draft] = []
-    skipped: list[SkippedInput] = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            skipped.append(SkippedInput(file=rel, line=line_no, reason=f"invalid JSON: {exc}"))
-            continue
-        if not isinstance(raw, dict):
-            reason = f"expected a JSON object, got {type(raw).__name__}"
-            skipped.append(SkippedInput(file=rel, line=line_no, reason=reason))
-            continue
-        try:
-            rec = JsonlRecord.model_validate(raw)
-            day = dt.date.fromisoformat(rec.date) if rec.date else None
-        except ValidationError as exc:
-            skipped.append(SkippedInput(file=rel, line=line_no, reason=_validation_reason(exc)))
-            continue
-        except ValueError as exc:  # a well-formed but impossible date, e.g. 2025-02-30
-            reason = f"date: {exc}"
-            skipped.append(SkippedInput(file=rel, line=line_no, reason=reason))
-            continue
-        title = (rec.title or "").strip()
-        text_ = rec.text.strip()
-        drafts.append(Draft(rec.id, line_no, title, text_, day, rec.tags, rec.source))
-    return drafts, skipped
-
-
-def _decode(rel: str, data: bytes) -> str | SkippedInput:
-    """The file's text, or why it cannot be read as UTF-8 text."""
-    if b"\0" in data[:8192]:
-        return SkippedInput(file=rel, line=0, reason="binary file (NUL bytes); not text")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        reason = f"not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); re-save as UTF-8"
-        return SkippedInput(file=rel, line=line, reason=reason)
-    if not text.strip():
-        return SkippedInput(file=rel, line=0, reason="empty file")
-    return text
 
 
 def _corpus_files(root: Path) -> list[tuple[str, Path]]:
@@ -181,30 +114,36 @@ def _corpus_files(root: Path) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def _parse(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
-    """The sections and skipped inputs of one file's bytes, by its suffix."""
+def _parse(
+    rel: str, path: Path, scan: FileScan, skips: list[SkippedInput]
+) -> Iterator[Draft | Oversized]:
+    """The sections of one file, by its suffix; what cannot be read goes to `skips`."""
     suffix = Path(rel).suffix.lower()
     if suffix not in SUPPORTED_SUFFIXES:
         reason = f"unsupported file type '{suffix}' (indexed: {', '.join(SUPPORTED_SUFFIXES)})"
-        return [], [SkippedInput(file=rel, line=0, reason=reason)]
-    if suffix in BINARY_FORMATS:
-        if not data.strip():
-            return [], [SkippedInput(file=rel, line=0, reason="empty file")]
-        drafts, skipped = read_binary(suffix, rel, data)
+        skips.append(SkippedInput(file=rel, line=0, reason=reason))
+        return
+    if scan.problem is not None:
+        skips.append(SkippedInput(file=rel, line=scan.line, reason=scan.problem))
+        return
+    stem = rel[: -len(suffix)]
+    if suffix == ".txt":
+        yield from txt_drafts(stem, text_lines(path))
+    elif suffix == ".jsonl":
+        for item in jsonl_drafts(rel, text_lines(path)):
+            if isinstance(item, SkippedInput):
+                skips.append(item)
+            else:
+                yield item
     else:
-        text = _decode(rel, data)
-        if isinstance(text, SkippedInput):
-            return [], [text]
-        stem = rel[: -len(suffix)]
-        if suffix == ".jsonl":
-            drafts, skipped = parse_jsonl(rel, text)
-        elif suffix == ".md":
-            drafts, skipped = parse_markdown(stem, text, rel)
+        data = path.read_bytes()
+        if suffix == ".md":
+            drafts, bad = parse_markdown(stem, data.decode("utf-8-sig"), rel)
         else:
-            drafts, skipped = parse_txt(stem, text), []
-    if not drafts and not skipped:
-        skipped = [SkippedInput(file=rel, line=0, reason="no section text (only headings)")]
-    return drafts, skipped
+            drafts, bad = read_binary(suffix, rel, data)
+        del data
+        skips.extend(bad)
+        yield from drafts
 
 
 def _draft_of(section: Section) -> Draft:
@@ -224,10 +163,9 @@ def _draft_of(section: Section) -> Draft:
 _DUPLICATE = "duplicate section id "
 
 
-def _reusable(
-    previous: PreviousCorpus | None, rel: str, digest: str
-) -> tuple[list[Draft], list[SkippedInput]] | None:
-    """The previous build's sections and skipped inputs of an unchanged file, or None.
+def _reusable(previous: PreviousCorpus | None, rel: str, digest: str) -> list[SkippedInput] | None:
+    """The previous build's skipped inputs of an unchanged file (its sections are taken from
+    that build too), or None: parse it.
 
     A file one of whose sections was skipped as a duplicate is read again (the section it
     collided with may be gone now), and so is one skipped for want of its reader's library
@@ -239,7 +177,7 @@ def _reusable(
     skipped = list(previous.skipped.get(rel, ()))
     if any(s.reason.startswith(_DUPLICATE) or MISSING_LIBRARY in s.reason for s in skipped):
         return None
-    return [_draft_of(s) for s in previous.sections.get(rel, ())], skipped
+    return skipped
 
 
 def corpus_hash(files: list[SourceFile]) -> str:
@@ -250,19 +188,158 @@ def corpus_hash(files: list[SourceFile]) -> str:
     return h.hexdigest()
 
 
-def _token_counts(
-    drafts: list[tuple[str, Draft]],
-    counter: ModelTokenizer,
-    previous: PreviousCorpus | None,
-    reused: set[str],
-) -> list[int]:
-    """Token counts of the drafts: a reused file's sections keep theirs when counted alike."""
-    known: dict[str, int] = {}
-    if previous is not None and previous.token_count == counter.info:
-        known = {s.id: s.token_count for rel in reused for s in previous.sections.get(rel, ())}
-    todo = [d.text for rel, d in drafts if not (rel in reused and d.id in known)]
-    fresh = iter(counter.count_batch(todo) if todo else [])
-    return [known[d.id] if rel in reused and d.id in known else next(fresh) for rel, d in drafts]
+_Pending = tuple[str, Draft, int | None]  # (file, draft, token count when known)
+
+
+class CorpusStream:
+    """One pass over a corpus directory: iterating yields its sections in corpus order (see the
+    module docstring for the rules); afterwards `files`, `skipped` and the rest say what was
+    read. Iterating raises CorpusError at the end when no file gave a section."""
+
+    def __init__(
+        self,
+        root: Path,
+        counter: ModelTokenizer,
+        previous: PreviousCorpus | None = None,
+        progress: BuildProgress | None = None,
+        batch: int = SECTION_BATCH,
+    ) -> None:
+        if not root.is_dir():
+            raise ConfigError(f"corpus directory {root} does not exist or is not a directory")
+        self.root, self._counter, self._previous = root, counter, previous
+        self._progress, self._batch = progress, batch
+        self.files: list[SourceFile] = []
+        self.skipped: list[SkippedInput] = []
+        self.parsed_files: list[str] = []
+        self.reused_files: list[str] = []
+        self.section_count = 0
+        self._seen: dict[str, str] = {}  # section id -> 'file:line' of its first occurrence
+        self._pending: list[_Pending] = []
+        self._same_counting = previous is not None and previous.token_count == counter.info
+
+    def __iter__(self) -> Iterator[Section]:
+        listed = _corpus_files(self.root)
+        if self._progress is not None:
+            self._progress.start("reading corpus files", len(listed))
+        for rel, path in listed:
+            if self._progress is not None:
+                self._progress.advance(1)
+            yield from self._file(rel, path)
+        yield from self._flush()
+        if not self.section_count:
+            detail = "; ".join(f"{s.location()}: {s.reason}" for s in self.skipped[:3])
+            raise CorpusError(
+                f"corpus {self.root} has no sections: {len(self.files)} file(s) looked at, "
+                f"{len(self.skipped)} skipped"
+                + (f" ({detail})" if detail else "")
+                + f"; add {', '.join(SUPPORTED_SUFFIXES)} files with text"
+            )
+
+    def _file(self, rel: str, path: Path) -> Iterator[Section]:
+        text = Path(rel).suffix.lower() in TEXT_SUFFIXES
+        try:
+            scan = scan_file(path, text)
+        except OSError as exc:
+            unread = SkippedInput(file=rel, line=0, reason=f"cannot read: {exc.strerror}")
+            self.skipped.append(unread)
+            return
+        reused = _reusable(self._previous, rel, scan.sha256)
+        items: Iterable[tuple[Draft | Oversized, int | None]]
+        file_skips: list[SkippedInput]
+        if reused is not None and self._previous is not None:
+            file_skips = reused
+            self.reused_files.append(rel)
+            same = self._same_counting
+            items = (
+                (_draft_of(s), s.token_count if same else None)
+                for s in self._previous.sections_of(rel)
+            )
+        else:
+            self.parsed_files.append(rel)
+            file_skips = []
+            items = ((d, None) for d in _parse(rel, path, scan, file_skips))
+        draft_skips: list[SkippedInput] = []
+        kept = found = 0
+        try:
+            for draft, count in items:
+                found += 1
+                refused = self._refusal(draft, scan.size_bytes)
+                if refused is not None or isinstance(draft, Oversized):
+                    refused = refused or f"section {draft.id!r} is too long to index"
+                    draft_skips.append(SkippedInput(file=rel, line=draft.line, reason=refused))
+                    continue
+                self._seen[draft.id] = f"{rel}:{draft.line}"
+                self._pending.append((rel, draft, count))
+                kept += 1
+                if len(self._pending) >= self._batch:
+                    yield from self._flush()
+        except OSError as exc:  # gone or unreadable since it was scanned
+            draft_skips.append(SkippedInput(file=rel, line=0, reason=f"cannot read: {exc}"))
+        if reused is None and not found and not file_skips:
+            file_skips = [SkippedInput(file=rel, line=0, reason="no section text (only headings)")]
+        self.skipped += file_skips + draft_skips
+        self.files.append(
+            SourceFile(path=rel, sha256=scan.sha256, size_bytes=scan.size_bytes, sections=kept)
+        )
+
+    def _refusal(self, draft: Draft | Oversized, size_bytes: int) -> str | None:
+        """Why a section is not indexed (too long, a duplicate id), or None."""
+        chars = draft.chars if isinstance(draft, Oversized) else len(draft.text)
+        if chars > MAX_SECTION_CHARS:
+            return (
+                f"section {draft.id!r} holds {chars:,} characters ({size_bytes:,} bytes in "
+                f"the file), over the {MAX_SECTION_CHARS:,} one section may hold: give it "
+                "headings (Markdown) or blank lines (.txt) to split it"
+            )
+        if draft.id in self._seen:
+            return f"{_DUPLICATE}{draft.id!r} (first at {self._seen[draft.id]})"
+        return None
+
+    def _flush(self) -> Iterator[Section]:
+        """The pending drafts as sections: token counts for those without one, in one batch."""
+        pending, self._pending = self._pending, []
+        todo = [d.text for _, d, n in pending if n is None]
+        fresh = iter(self._counter.count_batch(todo) if todo else [])
+        for rel, d, n in pending:
+            yield Section(
+                id=d.id,
+                file=rel,
+                line=d.line,
+                title=d.title,
+                text=d.text,
+                date=d.date,
+                tags=d.tags,
+                source=d.source,
+                page=d.page,
+                page_breaks=d.page_breaks,
+                order=self.section_count,
+                token_count=next(fresh) if n is None else n,
+            )
+            self.section_count += 1
+
+    def corpus_hash(self) -> str:
+        """sha256 over every file looked at (after the pass)."""
+        return corpus_hash(self.files)
+
+    def removed_files(self) -> tuple[str, ...]:
+        """Files of the previous build that are gone now (after the pass)."""
+        if self._previous is None:
+            return ()
+        present = {f.path for f in self.files}
+        return tuple(sorted(set(self._previous.files) - present))
+
+    def corpus(self, sections: Sequence[Section]) -> Corpus:
+        """The pass's result with its sections, as `load_corpus` returns it."""
+        return Corpus(
+            self.root,
+            tuple(sections),
+            tuple(self.files),
+            tuple(self.skipped),
+            self.corpus_hash(),
+            parsed_files=tuple(self.parsed_files),
+            reused_files=tuple(sorted(self.reused_files)),
+            removed_files=self.removed_files(),
+        )
 
 
 def load_corpus(
@@ -273,88 +350,7 @@ def load_corpus(
 ) -> Corpus:
     """Read every file under `root` into sections (see the module docstring for the rules);
     files unchanged since `previous` are taken from it rather than parsed again. `progress`
-    hears one step per file read."""
-    if not root.is_dir():
-        raise ConfigError(f"corpus directory {root} does not exist or is not a directory")
-    seen: dict[str, str] = {}  # section id -> 'file:line' of its first occurrence
-    drafts: list[tuple[str, Draft]] = []
-    files: list[SourceFile] = []
-    skipped: list[SkippedInput] = []
-    parsed: list[str] = []
-    reused: set[str] = set()
-    listed = _corpus_files(root)
-    if progress is not None:
-        progress.start("reading corpus files", len(listed))
-    for rel, path in listed:
-        if progress is not None:
-            progress.advance(1)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            skipped.append(SkippedInput(file=rel, line=0, reason=f"cannot read: {exc.strerror}"))
-            continue
-        digest = hashlib.sha256(data).hexdigest()
-        again = _reusable(previous, rel, digest)
-        if again is None:
-            found, bad = _parse(rel, data)
-            parsed.append(rel)
-        else:
-            found, bad = again
-            reused.add(rel)
-        skipped.extend(bad)
-        kept = 0
-        for d in found:
-            if len(d.text) > MAX_SECTION_CHARS:
-                reason = (
-                    f"section {d.id!r} holds {len(d.text):,} characters ({len(data):,} bytes in "
-                    f"the file), over the {MAX_SECTION_CHARS:,} one section may hold: give it "
-                    "headings (Markdown) or blank lines (.txt) to split it"
-                )
-                skipped.append(SkippedInput(file=rel, line=d.line, reason=reason))
-                continue
-            if d.id in seen:
-                reason = f"{_DUPLICATE}{d.id!r} (first at {seen[d.id]})"
-                skipped.append(SkippedInput(file=rel, line=d.line, reason=reason))
-                continue
-            seen[d.id] = f"{rel}:{d.line}"
-            drafts.append((rel, d))
-            kept += 1
-        files.append(SourceFile(path=rel, sha256=digest, size_bytes=len(data), sections=kept))
-    if not drafts:
-        detail = "; ".join(f"{s.location()}: {s.reason}" for s in skipped[:3])
-        raise CorpusError(
-            f"corpus {root} has no sections: {len(files)} file(s) looked at, "
-            f"{len(skipped)} skipped"
-            + (f" ({detail})" if detail else "")
-            + f"; add {', '.join(SUPPORTED_SUFFIXES)} files with text"
-        )
-    counts = _token_counts(drafts, counter, previous, reused)
-    sections = tuple(
-        Section(
-            id=d.id,
-            file=rel,
-            line=d.line,
-            title=d.title,
-            text=d.text,
-            date=d.date,
-            tags=d.tags,
-            source=d.source,
-            page=d.page,
-            page_breaks=d.page_breaks,
-            order=i,
-            token_count=n,
-        )
-        for i, ((rel, d), n) in enumerate(zip(drafts, counts, strict=True))
-    )
-    present = {f.path for f in files}
-    removed = tuple(sorted(set(previous.files) - present)) if previous is not None else ()
-    return Corpus(
-        root,
-        sections,
-        tuple(files),
-        tuple(skipped),
-        corpus_hash(files),
-        parsed_files=tuple(parsed),
-        reused_files=tuple(sorted(reused)),
-        removed_files=removed,
-    )
+    hears one step per file read. Holds every section: `CorpusStream` streams them."""
+    stream = CorpusStream(root, counter, previous, progress)
+    sections = list(stream)
+    return stream.corpus(sections)

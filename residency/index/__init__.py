@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from residency.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
+    from residency.index.build import build_index
     from residency.index.manifest import (
         BuildProgress,
         IndexManifest,
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
         read_manifest,
     )
     from residency.index.options import IndexOptions
-    from residency.index.store import Index, IndexRetrievers, build_index, open_index
+    from residency.index.store import Index, IndexRetrievers, open_index
 
 __all__ = [
     "BuildProgress",

@@ -18,23 +18,17 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import numpy as np
 import orjson
-from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from residency.corpus.chunker_settings import ChunkerSettings
-from residency.corpus.loader import PreviousCorpus
-from residency.corpus.model import Chunk, Section, SkippedInput, SourceFile
-from residency.corpus.sentences import Span
+from residency.corpus.model import SkippedInput, SourceFile
 from residency.errors import ConfigError, ResidencyError
-from residency.normalize import NORMALIZATION_VERSION
 from residency.progress import BuildProgress as BuildProgress
-from residency.retrieval import Embedder
 from residency.tokenizer import TokenCountInfo
 
 INDEX_FORMAT_VERSION: Literal[1] = 1
@@ -175,71 +169,6 @@ def read_jsonl(path: Path, model: type[_M]) -> list[_M]:
                 f"{path}:{number}: {where}: {err['msg']} (a torn or foreign file); {rebuild}"
             ) from None
     return out
-
-
-def previous_vectors(index_dir: Path, embedder: Embedder) -> tuple[dict[str, int], NDArray[Any]]:
-    """(content hash -> row, matrix) of the previous build when its vectors are compatible."""
-    empty: tuple[dict[str, int], NDArray[Any]] = ({}, np.zeros((0, embedder.dim), np.float32))
-    try:
-        old = read_manifest(index_dir)
-        if (
-            old.embedder is None
-            or old.embedder.name != embedder.name
-            or old.embedder.dim != embedder.dim
-            or old.normalization_version != NORMALIZATION_VERSION
-        ):
-            return empty
-        keys = orjson.loads((index_dir / VECTOR_KEYS_FILE).read_bytes())
-        matrix = np.load(index_dir / VECTORS_FILE, mmap_mode="r")
-    except (ConfigError, OSError, ValueError):
-        return empty  # no usable previous index: embed everything
-    if not isinstance(keys, list) or matrix.shape != (len(keys), embedder.dim):
-        return empty
-    return {str(k): i for i, k in enumerate(keys)}, matrix
-
-
-def previous_spans(
-    index_dir: Path,
-    sections: Sequence[Section],
-    chunker: ChunkerSettings,
-    old_sections: Sequence[Section] | None = None,
-) -> dict[str, list[Span]]:
-    """Chunk spans of sections whose text is unchanged since a previous build with the same
-    chunker settings (a semantic re-index then embeds no sentence of an unchanged section);
-    `old_sections`: that build's sections when already read."""
-    try:
-        if read_manifest(index_dir).chunker != chunker:
-            return {}
-        if old_sections is None:
-            old_sections = read_jsonl(index_dir / SECTIONS_FILE, Section)
-        old_text = {s.id: s.text for s in old_sections}
-        old_chunks = read_jsonl(index_dir / CHUNKS_FILE, Chunk)
-    except ConfigError:
-        return {}
-    same = {s.id for s in sections if old_text.get(s.id) == s.text}
-    spans: dict[str, list[Span]] = {}
-    for c in old_chunks:
-        if c.section_id in same:
-            spans.setdefault(c.section_id, []).append(Span(c.start_char, c.end_char))
-    return spans
-
-
-def previous_corpus(index_dir: Path) -> tuple[PreviousCorpus | None, list[Section]]:
-    """What the previous build in `index_dir` read (None without a readable one), and its
-    sections: a re-index parses again only the files whose content hash changed."""
-    try:
-        old = read_manifest(index_dir)
-        sections = read_jsonl(index_dir / SECTIONS_FILE, Section)
-    except ConfigError:
-        return None, []
-    by_file: dict[str, list[Section]] = {}
-    for section in sections:
-        by_file.setdefault(section.file, []).append(section)
-    skipped: dict[str, list[SkippedInput]] = {}
-    for item in old.skipped:
-        skipped.setdefault(item.file, []).append(item)
-    files = {f.path: f.sha256 for f in old.files}
-    return PreviousCorpus(old.reader_version, old.token_count, files, by_file, skipped), sections
 
 
 _Part = TypeVar("_Part")

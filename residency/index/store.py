@@ -1,62 +1,33 @@
-"""Building an index directory atomically, reusing vectors, and opening it for search.
+"""Opening an index directory for search (`build_index`, in `residency.index.build`, writes it).
 
-`build_index` does all its work inside a temp dir beside the target and swaps it in with one
-rename (`residency.atomic`): an interrupted build leaves the old index as it was. Vectors are
-keyed by the sha256 of each chunk's normalised index text, so re-indexing embeds only chunks
-whose text changed. `open_index` returns an `Index` whose `search` is **section-level** (chunk
-hits mapped to their section, a section ranked at its best chunk): the unit the planner and the
-retrieval eval reason about; `search_chunks` gives the chunk-level hits the router cites.
+`open_index` returns an `Index` whose `search` is **section-level** (chunk hits mapped to their
+section, a section ranked at its best chunk): the unit the planner and the retrieval eval reason
+about; `search_chunks` gives the chunk-level hits the router cites.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
-import orjson
 from numpy.typing import NDArray
-from pydantic import BaseModel
 
-from residency.atomic import atomic_directory, carry_over
-from residency.corpus.chunking import (
-    check_chunker_settings,
-    chunk_sections,
-    count_sentences_to_embed,
-)
-from residency.corpus.formats import READER_VERSION
-from residency.corpus.loader import load_corpus
 from residency.corpus.model import Chunk, Section, SectionHit, collapse_to_sections
-from residency.errors import ConfigError, CorpusError
+from residency.errors import ConfigError
+from residency.index.build import build_index as build_index
 from residency.index.manifest import (
     BM25_DIR,
     CHUNKS_FILE,
     DENSE_DIR,
-    INDEX_ARTEFACTS,
-    INDEX_FORMAT_VERSION,
-    MANIFEST_FILE,
     SECTIONS_FILE,
-    VECTOR_KEYS_FILE,
-    VECTORS_FILE,
-    BuildProgress,
-    BuildStats,
-    EmbedderInfo,
     IndexManifest,
     load_index_part,
-    manifest_bytes,
-    previous_corpus,
-    previous_spans,
-    previous_vectors,
     read_jsonl,
     read_manifest,
 )
-from residency.index.options import IndexOptions
-from residency.normalize import NORMALIZATION_VERSION
 from residency.prompt_language import PromptLanguage, detect_language
 from residency.retrieval import (
     BM25Retriever,
@@ -70,147 +41,6 @@ from residency.retrieval import (
     get_tokenizer,
 )
 from residency.retrieval.protocol import DenseSearch, FusedSearch
-from residency.tokenizer import ModelTokenizer
-
-
-def _check_target(corpus_dir: Path, index_dir: Path) -> None:
-    if index_dir == corpus_dir or index_dir.is_relative_to(corpus_dir):
-        raise ConfigError(
-            f"-o {index_dir} lies inside the corpus directory {corpus_dir}: its "
-            "files would be read as corpus; put the index outside it"
-        )
-    if corpus_dir.is_relative_to(index_dir):
-        raise ConfigError(
-            f"-o {index_dir} contains the corpus directory {corpus_dir}; "
-            "replacing it would delete the corpus: pick another -o"
-        )
-    if index_dir.exists() and not index_dir.is_dir():
-        raise ConfigError(f"-o {index_dir} is a file; pass a directory")
-    if (
-        index_dir.is_dir()
-        and any(index_dir.iterdir())
-        and not (index_dir / MANIFEST_FILE).is_file()
-    ):
-        raise ConfigError(
-            f"-o {index_dir} exists, is not empty and holds no {MANIFEST_FILE}: "
-            "refusing to replace a directory that is not an index; pass a new one"
-        )
-
-
-def _embed_chunks(
-    chunks: Sequence[Chunk], embedder: Embedder, index_dir: Path, progress: BuildProgress | None
-) -> tuple[list[str], NDArray[np.float32], int]:
-    """(distinct content hashes, their vectors, chunks embedded now) reusing the old index."""
-    old_rows, old_matrix = previous_vectors(index_dir, embedder)
-    keys: list[str] = list(dict.fromkeys(c.content_hash for c in chunks))
-    text_of = {c.content_hash: c.index_text for c in reversed(chunks)}
-    todo = [k for k in keys if k not in old_rows]
-    fresh_row: dict[str, int] = {}
-    fresh: NDArray[np.float32] = np.zeros((0, embedder.dim), np.float32)
-    if progress is not None:
-        progress.start("embedding chunks", len(todo))
-    matrix = np.empty((len(keys), embedder.dim), np.float32)
-    if todo:
-        fresh = embedder.embed_passages(
-            [text_of[k] for k in todo], progress.advance if progress else None
-        )
-        fresh_row = {k: i for i, k in enumerate(todo)}
-    for row, key in enumerate(keys):
-        matrix[row] = fresh[fresh_row[key]] if key in fresh_row else old_matrix[old_rows[key]]
-    return keys, matrix, sum(1 for c in chunks if c.content_hash not in old_rows)
-
-
-def _jsonl(records: Sequence[BaseModel]) -> bytes:
-    return b"".join(orjson.dumps(r.model_dump(mode="json")) + b"\n" for r in records)
-
-
-def build_index(
-    corpus_dir: Path,
-    index_dir: Path,
-    options: IndexOptions,
-    counter: ModelTokenizer,
-    progress: BuildProgress | None = None,
-) -> IndexManifest:
-    """Load, chunk, embed and index `corpus_dir` into `index_dir`, swapped in atomically."""
-    started = time.perf_counter()
-    corpus_dir, index_dir = corpus_dir.resolve(), index_dir.resolve()
-    chunker = options.chunker
-    if chunker.kind == "semantic":
-        chunker = chunker.model_copy(update={"embedder": options.embedder})
-    check_chunker_settings(chunker)
-    _check_target(corpus_dir, index_dir)
-    tokenizer = get_tokenizer(options.sparse_tokenizer)
-    previous, old_sections = previous_corpus(index_dir)
-    corpus = load_corpus(corpus_dir, counter, previous, progress)
-    if options.strict and corpus.skipped:
-        listed = "; ".join(f"{s.location()}: {s.reason}" for s in corpus.skipped[:5])
-        raise CorpusError(
-            f"--strict: {len(corpus.skipped)} input(s) would be skipped ({listed}"
-            f"{'; ...' if len(corpus.skipped) > 5 else ''}); nothing written"
-        )
-    need_embedder = options.dense or chunker.kind == "semantic"
-    embedder = get_embedder(options.embedder) if need_embedder else None
-    with atomic_directory(index_dir) as tmp:
-        known = (
-            previous_spans(index_dir, corpus.sections, chunker, old_sections) if embedder else {}
-        )
-        sentences = count_sentences_to_embed(corpus.sections, chunker, known)
-        if progress is not None and sentences:
-            progress.start("embedding sentences (semantic chunker)", sentences)
-        chunks = chunk_sections(
-            corpus.sections, chunker, embedder, progress.advance if progress else None, known
-        )
-        BM25Retriever.build([c.id for c in chunks], [c.index_text for c in chunks], tokenizer).save(
-            _mkdir(tmp / BM25_DIR)
-        )
-        embedded, info, keys = 0, None, list[str]()
-        if options.dense and embedder is not None:
-            keys, matrix, embedded = _embed_chunks(chunks, embedder, index_dir, progress)
-            row_of = {k: i for i, k in enumerate(keys)}
-            rows = [row_of[c.content_hash] for c in chunks]
-            DenseRetriever.from_vectors([c.id for c in chunks], matrix[rows], embedder).save(
-                _mkdir(tmp / DENSE_DIR)
-            )
-            np.save(tmp / VECTORS_FILE, matrix)
-            (tmp / VECTOR_KEYS_FILE).write_bytes(orjson.dumps(keys))
-            info = EmbedderInfo(name=embedder.name, dim=embedder.dim)
-        (tmp / SECTIONS_FILE).write_bytes(_jsonl(corpus.sections))
-        (tmp / CHUNKS_FILE).write_bytes(_jsonl(chunks))
-        manifest = IndexManifest(
-            format_version=INDEX_FORMAT_VERSION,
-            created_at=dt.datetime.now(dt.UTC),
-            corpus_dir=str(corpus_dir),
-            corpus_hash=corpus.corpus_hash,
-            files=corpus.files,
-            skipped=corpus.skipped,
-            section_count=len(corpus.sections),
-            chunk_count=len(chunks),
-            total_tokens=sum(s.token_count for s in corpus.sections),
-            token_count=counter.info,
-            normalization_version=NORMALIZATION_VERSION,
-            reader_version=READER_VERSION,
-            sparse_tokenizer=tokenizer.name,
-            embedder=info,
-            chunker=chunker,
-            vector_count=len(keys),
-            build=BuildStats(
-                embedded_chunks=embedded,
-                reused_chunks=len(chunks) - embedded if info else 0,
-                embedded_sentences=sentences,
-                seconds=round(time.perf_counter() - started, 3),
-                parsed_files=len(corpus.parsed_files),
-                reused_files=len(corpus.reused_files),
-                removed_files=len(corpus.removed_files),
-            ),
-        )
-        carry_over(index_dir, tmp, exclude=INDEX_ARTEFACTS)
-        (tmp / MANIFEST_FILE).write_bytes(manifest_bytes(manifest))
-    return manifest
-
-
-def _mkdir(path: Path) -> Path:
-    path.mkdir()
-    return path
 
 
 @dataclass(frozen=True, slots=True)

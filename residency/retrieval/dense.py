@@ -58,17 +58,26 @@ class DenseMeta(BaseModel):
     ids: list[str] = Field(min_length=1, description="Document ids in vector (row) order")
 
 
+def empty_faiss_index(dim: int, kind: IndexKind) -> Any:
+    """An empty inner-product index: exact (flat) or HNSW with this module's parameters."""
+    if kind == "flat-ip":
+        return faiss.IndexFlatIP(dim)
+    index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    index.hnsw.efSearch = HNSW_EF_SEARCH
+    return index
+
+
+def index_kind_for(n_vectors: int, hnsw_threshold: int) -> IndexKind:
+    """Flat up to the threshold, HNSW above it."""
+    return "flat-ip" if n_vectors <= hnsw_threshold else "hnsw-ip"
+
+
 def build_faiss_index(vectors: NDArray[np.float32], hnsw_threshold: int) -> tuple[Any, IndexKind]:
     """An inner-product index over unit ``vectors``: flat up to the threshold, HNSW above."""
     n, dim = vectors.shape
-    if n <= hnsw_threshold:
-        index: Any = faiss.IndexFlatIP(dim)
-        kind: IndexKind = "flat-ip"
-    else:
-        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        index.hnsw.efSearch = HNSW_EF_SEARCH
-        kind = "hnsw-ip"
+    kind = index_kind_for(n, hnsw_threshold)
+    index = empty_faiss_index(dim, kind)
     index.add(vectors)
     return index, kind
 

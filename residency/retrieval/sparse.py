@@ -29,7 +29,7 @@ from residency.retrieval.tokenize_ja import Tokenizer
 
 META_FILE = "bm25.meta.json"
 # bm25s's own file layout, prefixed so a dense index can share the directory.
-_BM25S_FILES = {
+BM25S_FILES = {
     "data_name": "bm25.data.csc.npy",
     "indices_name": "bm25.indices.csc.npy",
     "indptr_name": "bm25.indptr.csc.npy",
@@ -242,7 +242,7 @@ class BM25Retriever:
         """Write the bm25s matrix files and ``bm25.meta.json`` into an existing directory."""
         if not directory.is_dir():
             raise ConfigError(f"index directory {str(directory)!r} does not exist")
-        self._model.save(directory, show_progress=False, **_BM25S_FILES)
+        self._model.save(directory, show_progress=False, **BM25S_FILES)
         meta = Bm25Meta(
             format_version=FORMAT_VERSION,
             tokenizer=self.tokenizer.name,
@@ -267,5 +267,5 @@ class BM25Retriever:
         check_query_side(
             directory, "BM25", "tokenizer", meta.tokenizer, meta.normalization, tokenizer.name
         )
-        model = bm25s.BM25.load(directory, mmap=mmap, show_progress=False, **_BM25S_FILES)
+        model = bm25s.BM25.load(directory, mmap=mmap, show_progress=False, **BM25S_FILES)
         return cls(meta.ids, model, tokenizer, prune_min_df)
