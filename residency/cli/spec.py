@@ -314,13 +314,14 @@ def refusal(spec: CommandSpec, exc: ValidationError) -> str:
     if err["type"] == "value_error" and msg.startswith(repr(err.get("input"))):
         return f"{leaf.spelled} {msg}"  # the rule names the value itself: 'X': expected ...
     secret = not leaf.field.repr or _SECRET.search(leaf.param) is not None
+    span = interval(leaf.field.metadata)
     if leaf.flag.comma and rest and not secret:  # one part of "2000,8000" is wrong
+        allowed = f" (allowed: {span})" if span else ""
         return (
-            f"{leaf.spelled} {err.get('input')!r}: {msg[:1].lower()}{msg[1:]}; give "
+            f"{leaf.spelled} {err.get('input')!r}: {msg[:1].lower()}{msg[1:]}{allowed}; give "
             "comma-separated values, e.g. 2000,8000"
         )
     got = "" if secret else f", got {err.get('input')!r}"
-    span = interval(leaf.field.metadata)
     return f"{leaf.spelled}{rest}: {msg[:1].lower()}{msg[1:]}{got}" + (
         f" (allowed: {span})" if span else ""
     )
