@@ -317,10 +317,8 @@ def refusal(spec: CommandSpec, exc: ValidationError) -> str:
     span = interval(leaf.field.metadata)
     if leaf.flag.comma and rest and not secret:  # one part of "2000,8000" is wrong
         allowed = f" (allowed: {span})" if span else ""
-        return (
-            f"{leaf.spelled} {err.get('input')!r}: {msg[:1].lower()}{msg[1:]}{allowed}; give "
-            "comma-separated values, e.g. 2000,8000"
-        )
+        said = f"{msg[:1].lower()}{msg[1:]}{allowed}; give comma-separated values, e.g. 2000,8000"
+        return f"{leaf.spelled} {err.get('input')!r}: {said}"
     got = "" if secret else f", got {err.get('input')!r}"
     return f"{leaf.spelled}{rest}: {msg[:1].lower()}{msg[1:]}{got}" + (
         f" (allowed: {span})" if span else ""
