@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
 import pytest
+from section_index import section_index
 
 from residency.eval.coverage import ResidentSet, evaluate_coverage, rank_queries
 from residency.eval.hops import PivotRankings
 from residency.eval.questions import Question
-from residency.index import Index, IndexOptions, build_index, open_index
+from residency.index import Index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, write_plan
 from residency.query_log import LogEntry
@@ -46,14 +46,7 @@ SIMPLE = Question(
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Index:
-    root = tmp_path_factory.mktemp("hops")
-    (root / "docs").mkdir()
-    records = [orjson.dumps({"id": k, "title": t, "text": x}) for k, (t, x) in SECTIONS.items()]
-    (root / "docs" / "manual.jsonl").write_bytes(b"\n".join(records) + b"\n")
-    build_index(
-        root / "docs", root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir)
-    )
-    return open_index(root / "index")
+    return section_index(tmp_path_factory.mktemp("hops"), SECTIONS, tokenizer_dir)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
 import pytest
+from section_index import section_index
 
 from residency.eval.coverage import (
     ResidentSet,
@@ -18,7 +18,7 @@ from residency.eval.coverage import (
     rank_queries,
 )
 from residency.eval.questions import Question
-from residency.index import Index, IndexOptions, build_index, open_index
+from residency.index import Index
 from residency.planning.build import PlanOptions, log_mass
 from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
@@ -64,14 +64,7 @@ QUERIES = [
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Index:
-    root = tmp_path_factory.mktemp("top-sections")
-    (root / "docs").mkdir()
-    records = [orjson.dumps({"id": k, "title": t, "text": x}) for k, (t, x) in SECTIONS.items()]
-    (root / "docs" / "manual.jsonl").write_bytes(b"\n".join(records) + b"\n")
-    build_index(
-        root / "docs", root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir)
-    )
-    return open_index(root / "index")
+    return section_index(tmp_path_factory.mktemp("top-sections"), SECTIONS, tokenizer_dir)
 
 
 @pytest.fixture(scope="module")
