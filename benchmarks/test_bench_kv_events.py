@@ -5,10 +5,11 @@ plan's headroom, a fixed think time between requests (the same arrival process i
 
 Two kinds of traffic: sent to vLLM past the router (keep-warm cannot count it; events see the
 evictions), or carried by the questions through the router (both see it). Reported per mode:
-questions that found their prefix short, touches (heuristic) and re-warms (events). Target:
-events leave fewer questions short where traffic goes past the router. A measurement of timing
-on a shared machine (events arrive a step late; re-warms race the next question): here, not in
-tests/ (tests/test_kv_events_vllm.py checks the behaviour once).
+questions that found their prefix short, touches (heuristic) and re-warms (events), the
+requests those took and the tokens they made vLLM prefill. Target: events leave fewer questions
+short where traffic goes past the router, with fewer requests than the touches. A measurement
+of timing on a shared machine (events arrive a step late; re-warms race the next question):
+here, not in tests/ (tests/test_kv_events_vllm.py checks the behaviour once).
 """
 
 from __future__ import annotations
@@ -105,3 +106,6 @@ def test_replay_events_against_the_heuristic(
     if traffic == "past-router":  # keep-warm cannot count what it does not see
         assert heuristic["short"] >= 0.1 * REPLAY_QUESTIONS, figures
         assert events["short"] < heuristic["short"], figures
+        # ... and the events do it with fewer requests than the touches (one re-warm request
+        # carries every prefix due on the upstream)
+        assert events["requests"] < heuristic["requests"], figures

@@ -142,7 +142,13 @@ def replay(
     """REPLAY_QUESTIONS questions, each followed by DIRECT_TOKENS of other traffic: a request
     sent to vLLM past the router (`past`), or the next question carrying them itself (a
     long question through the router, which keep-warm's count sees); the next question comes
-    `gap_s` after it (the same arrival process in both modes). What it cost."""
+    `gap_s` after it (the same arrival process in both modes). What it cost: questions that
+    found their prefix short, and what the router sent to keep prefixes cached (requests, the
+    prefixes they carried, the tokens they made vLLM prefill), learning probes left out."""
+    before = {
+        "requests": metric(router, "residency_router_keep_warm_requests_total"),
+        "prefill_tokens": metric(router, "residency_router_keep_warm_prefill_tokens_total"),
+    }
     for n, question in enumerate(questions(REPLAY_QUESTIONS)):
         if past:
             ask(router, question)
@@ -157,5 +163,9 @@ def replay(
         "rewarms": metric(router, "residency_router_prefix_rewarms_total", result="ok")
         - metric(router, "residency_router_prefix_rewarms_total", reason="learn", result="ok"),
         "learn": metric(router, "residency_router_prefix_rewarms_total", reason="learn"),
+        "requests": metric(router, "residency_router_keep_warm_requests_total")
+        - before["requests"],
+        "prefill_tokens": metric(router, "residency_router_keep_warm_prefill_tokens_total")
+        - before["prefill_tokens"],
         "evictions_seen": metric(router, "residency_router_prefix_block_evictions_total"),
     }

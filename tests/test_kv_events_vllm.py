@@ -77,6 +77,11 @@ def test_an_evicted_prefix_is_rewarmed_from_the_events_and_found_cached(
             ask(router, question)
         assert metric(router, "residency_router_prefix_evictions_total") == 0
         assert metric(router, "residency_router_keep_warm_touches_total") == 0
+        # One re-warm request carried several prefixes (the refill and the prefixes still
+        # whole, touched beside it): fewer requests than prefixes re-warmed.
+        requests = metric(router, "residency_router_keep_warm_requests_total", mode="rewarm")
+        carried = metric(router, "residency_router_prefix_rewarms_total", result="ok")
+        assert 1 <= requests < carried, (requests, carried)
         logged = router.log_text()
     assert re.search(r"prefix p\d+ lost blocks \(\d+ of \d+ resident, KV events\)", logged)
 

@@ -58,6 +58,21 @@ class AgentMetrics:
             ("upstream", "prefix", "reason", "result"),
             registry=r,
         )
+        self.keep_warm_requests = Counter(
+            "residency_router_keep_warm_requests",
+            "Requests the router sent to keep prefixes cached: mode touch (keep-warm's token "
+            "count, one prefix each) or rewarm (KV events, every prefix due in one request).",
+            ("upstream", "mode"),
+            registry=r,
+        )
+        self.keep_warm_prefill_tokens = Counter(
+            "residency_router_keep_warm_prefill_tokens",
+            "Prompt tokens those requests made the upstream prefill: prompt minus cached "
+            "tokens of a touch's usage; for a re-warm, its prompts' tokens past their "
+            "resident blocks in the KV-event block index when it was sent.",
+            ("upstream", "mode"),
+            registry=r,
+        )
         self.prefix_prompt_tokens = Counter(
             "residency_router_prefix_prompt_tokens",
             "Prompt tokens of the requests that went out with the prefix.",

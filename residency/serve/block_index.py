@@ -120,6 +120,11 @@ class BlockIndex:
             n += 1
         return n
 
+    def uncached_tokens(self, prefix_id: str, length: int) -> int:
+        """Of the prefix's `length` prompt tokens, those past its resident blocks (what a
+        request with it would prefill now)."""
+        return max(length - self.resident_blocks(prefix_id) * (self._block_size or 0), 0)
+
     def whole(self, prefix_id: str) -> bool:
         """Every block of the prefix is resident."""
         total = self.total_blocks(prefix_id)

@@ -44,6 +44,7 @@ from residency.serve.kv_residency import EngineResidency
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import Upstream
 from residency.vllm_client import TransportError, Usage
+from residency.vllm_client.wire import answer_usage
 
 log = logging.getLogger("residency.serve")
 
@@ -162,13 +163,18 @@ class KeepWarm:
         try:
             async with slots:
                 answer = await up.client.generate("chat", touch_payload(up, policy, prefix_id))
+            self._metrics.agent.keep_warm_requests.labels(up.label, "touch").inc()
             if answer.status_code != 200:
                 log.info(
                     "upstream %s: keep-warm touch of %s answered %d",
                     up.label, prefix_id, answer.status_code,
                 )  # fmt: skip
             else:
-                usage = Usage.of(_usage(answer.content))
+                usage = Usage.of(answer_usage(answer.content))
+                prefilled = max((usage.prompt_tokens or 0) - (usage.cached_tokens or 0), 0)
+                self._metrics.agent.keep_warm_prefill_tokens.labels(up.label, "touch").inc(
+                    prefilled
+                )
                 cached = usage.cached_tokens
                 evicted = cached is not None and cached < policy.expected[prefix_id]
                 result = "evicted" if evicted else "cached"
@@ -204,11 +210,3 @@ def touch_payload(up: Upstream, policy: KeepWarmPolicy, prefix_id: str) -> bytes
     ]
     body = {"model": up.model, "messages": messages, "max_tokens": 1, "temperature": 0}
     return orjson.dumps(body)
-
-
-def _usage(content: bytes) -> object:
-    try:
-        answer = orjson.loads(content)
-    except orjson.JSONDecodeError:
-        return None
-    return answer.get("usage") if isinstance(answer, dict) else None

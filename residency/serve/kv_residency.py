@@ -13,7 +13,10 @@ stays in charge (residency/serve/keepwarm.py), and the log says which mode each 
 Every batch that removes a resident block of a prefix (`BlockStored` then `BlockRemoved` in one
 batch included: a re-warm's own blocks evicted again) schedules a re-warm unless one is waiting or
 under way. A re-warm sends the prefix's warm prompt (token ids, `max_tokens` 1): the evicted blocks
-are prefilled again and the rest move to the young end of the LRU queue. It waits for the router's
+are prefilled again and the rest move to the young end of the LRU queue. One request carries every
+prompt due on that upstream: the other prefixes waiting for a re-warm and, once per burst of
+evictions, the planned prefixes still whole there (`_refresh` says why), as one completions
+request with a list of prompts. It waits for the router's
 requests in flight on that upstream to finish (they allocate blocks and would evict it again; at
 most REWARM_MAX_DEFER_S), and for --rewarm-interval since the prefix's last re-warm, unless a
 request routed to that prefix arrives: that request waits for the re-warm instead of prefilling the
@@ -69,6 +72,7 @@ class _Pending:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     sent: bool = False
     again: bool = False  # evicted again while the re-warm was under way: one more after it
+    carried: bool = False  # sent inside another prefix's re-warm request
 
 
 @dataclass(slots=True)
@@ -261,7 +265,12 @@ class EngineResidency:
         task.add_done_callback(self._tasks.discard)
 
     async def _rewarm(self, t: _Tracked, prefix_id: str, pending: _Pending) -> None:
+        """Wait for the prefix's turn, then send its warm prompt in one request together with
+        every other prefix waiting on that upstream and, after an eviction, the planned
+        prefixes still whole there (see `_refresh`)."""
         key = (t.up.position, prefix_id)
+        carried: list[tuple[str, _Pending]] = [(prefix_id, pending)]
+        refreshed: list[str] = []
         result = "failed"
         try:
             earliest = self._last_sent.get(key, -1e9) + self._settings.agent.rewarm_interval_s
@@ -273,60 +282,94 @@ class EngineResidency:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pending.go.wait(), POLL_S)
+            if pending.carried:  # another prefix's re-warm took this one along; it finishes it
+                return
             if not t.up.usable or t.up.model is None:
                 return
-            self._last_sent[key] = time.monotonic()
-            pending.sent = True
-            if pending.reason != "learn":
-                await self._refresh_others(t, prefix_id)
+            # No await from here until the request is built: a prefix is carried by one
+            # re-warm only.
+            carried += self._claim(t, prefix_id)
+            if any(p.reason != "learn" for _, p in carried):
+                refreshed = self._refresh(t, {pid for pid, _ in carried})
+            now = time.monotonic()
+            for pid, p in carried:
+                p.sent = True
+                self._last_sent[(t.up.position, pid)] = now
+            # The whole prefixes first: vLLM takes their cached blocks out of the free queue
+            # as it schedules them, so the evicted blocks' new ones come from older leftovers.
+            order = refreshed + [pid for pid, _ in carried]
+            prompts = [t.prompts[x] for x in order]
+            # vLLM's usage of a request with several prompts reports one prompt's cached
+            # tokens: what it prefills is read from the block index instead.
+            prefill = sum(t.index.uncached_tokens(x, len(t.prompts[x])) for x in order)
             async with t.slots:
-                answer = await t.up.client.generate("completions", self._body(t, prefix_id))
+                answer = await t.up.client.generate("completions", self._body(t, prompts))
+            self._metrics.keep_warm_requests.labels(t.up.label, "rewarm").inc()
             result = "ok" if answer.status_code == 200 else "failed"
             if answer.status_code != 200:
-                log.info("upstream %s: re-warm of %s answered %d", t.up.label, prefix_id,
-                         answer.status_code)  # fmt: skip
+                log.info("upstream %s: re-warm of %s answered %d", t.up.label,
+                         ", ".join(pid for pid, _ in carried), answer.status_code)  # fmt: skip
+            else:
+                self._metrics.keep_warm_prefill_tokens.labels(t.up.label, "rewarm").inc(prefill)
         except (TransportError, ResidencyError) as exc:
             log.info("upstream %s: re-warm of %s failed (%s)", t.up.label, prefix_id, exc)
         finally:
-            self._pending.pop(key, None)
-            if pending.again and t.up.position in self._tracked:
-                self._schedule(t, prefix_id, pending.reason, at_once=pending.go.is_set())
-            pending.done.set()
-            self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
+            if not pending.carried:
+                for pid, p in carried:
+                    self._finish(t, pid, p, result)
+                for other in refreshed:
+                    self._metrics.rewarms.labels(t.up.label, other, "refresh", result).inc()
 
-    def _body(self, t: _Tracked, prefix_id: str) -> bytes:
-        """The warm prompt of a prefix as token ids, one output token, blocks reported."""
+    def _claim(self, t: _Tracked, prefix_id: str) -> list[tuple[str, _Pending]]:
+        """The other re-warms waiting on `t`'s upstream, not yet sent: carried along now."""
+        taken = []
+        now, interval = time.monotonic(), self._settings.agent.rewarm_interval_s
+        for (position, other), p in self._pending.items():
+            if position != t.up.position or other == prefix_id or p.sent:
+                continue
+            if p.go.is_set() or now >= self._last_sent.get((position, other), -1e9) + interval:
+                p.carried = p.sent = True
+                p.go.set()  # its own task stops waiting and leaves it to this one
+                taken.append((other, p))
+        return taken
+
+    def _finish(self, t: _Tracked, prefix_id: str, pending: _Pending, result: str) -> None:
+        key = (t.up.position, prefix_id)
+        if self._pending.get(key) is pending:
+            del self._pending[key]
+        if pending.again and t.up.position in self._tracked:
+            self._schedule(t, prefix_id, pending.reason, at_once=pending.go.is_set())
+        pending.done.set()
+        self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
+
+    def _body(self, t: _Tracked, prompts: list[tuple[int, ...]]) -> bytes:
+        """Warm prompts as token ids, one output token each, blocks reported."""
         body = {
             "model": t.up.model,
-            "prompt": list(t.prompts[prefix_id]),
+            "prompt": [list(ids) for ids in prompts] if len(prompts) > 1 else list(prompts[0]),
             "max_tokens": 1,
             "temperature": 0,
             "vllm_xargs": REPORT_FULL,
         }
         return orjson.dumps(body)
 
-    async def _refresh_others(self, t: _Tracked, prefix_id: str) -> None:
-        """Before refilling a prefix, touch the planned prefixes still whole there, once per
-        burst of evictions. An eviction means the LRU front has reached the plan's blocks, and
-        the blocks a large request left behind are younger than them: the refill would evict
-        the next prefix, and its refill the one after. Touched (a hit: about one block of
+    def _refresh(self, t: _Tracked, refilled: set[str]) -> list[str]:
+        """The planned prefixes still whole on `t`'s upstream, to touch beside a refill, once
+        per burst of evictions. An eviction means the LRU front has reached the plan's blocks,
+        and the blocks a large request left behind are younger than them: the refill would
+        evict the next prefix, and its refill the one after. Touched (a hit: about one block of
         prefill each), they are younger than those leftovers, which go first."""
         position = t.up.position
         if self._refreshed.get(position, -1e9) >= self._last_hit.get(position, -1e9):
-            return
+            return []
         self._refreshed[position] = time.monotonic()
-        for other in t.index.prefix_ids:
-            if other == prefix_id or not t.index.whole(other):
-                continue
-            if (position, other) in self._pending:
-                continue
-            result = "failed"
-            try:
-                answer = await t.up.client.generate("completions", self._body(t, other))
-                result = "ok" if answer.status_code == 200 else "failed"
-            except (TransportError, ResidencyError):
-                pass
-            self._metrics.rewarms.labels(t.up.label, other, "refresh", result).inc()
+        return [
+            other
+            for other in t.index.prefix_ids
+            if other not in refilled
+            and t.index.whole(other)
+            and (position, other) not in self._pending
+        ]
 
 
 def _prompts(

@@ -50,6 +50,7 @@ from residency.vllm_client import (
 )
 from residency.vllm_client.endpoints import Generation
 from residency.vllm_client.sse import DONE, EventSplitter, error_event, usage_of
+from residency.vllm_client.wire import answer_usage
 
 log = logging.getLogger("residency.serve")
 Endpoint = Generation
@@ -223,7 +224,7 @@ class Router:
         ex.upstream, ex.status_code = up, answer.status_code
         ex.ttft_s = time.perf_counter() - ex.started
         if answer.status_code == 200:
-            ex.usage = _usage(answer.content)
+            ex.usage = answer_usage(answer.content)
         elif answer.status_code >= 500:
             ex.outcome = "upstream_error"
         else:
@@ -382,14 +383,6 @@ class Router:
         if self.log is not None:
             self.log.close()
             self.log = None
-
-
-def _usage(content: bytes) -> dict[str, Any] | None:
-    try:
-        usage = orjson.loads(content).get("usage")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return usage if isinstance(usage, dict) else None
 
 
 async def _wait_disconnect(request: Request) -> None:

@@ -76,6 +76,16 @@ class Usage:
         )
 
 
+def answer_usage(content: bytes) -> dict[str, Any] | None:
+    """The usage object of a whole (not streamed) OpenAI answer's body; None if it has none."""
+    try:
+        answer = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
 def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
