@@ -68,6 +68,8 @@ def test_kv_cache_memory_bytes_bypasses_the_memory_estimate() -> None:
         "8192",
         "--kv-cache-memory-bytes",
         str(4 << 30),
+        "--profile",  # its 16 GB of weights and the 4 GiB of KV fit a 24 GB card, not 12
+        "rtx4090-24gb",
         "--json",
     )
     assert out.returncode == 0, out.stderr
@@ -122,6 +124,36 @@ def test_local_model_dir_sizes_weights_from_safetensors(tmp_path: Path) -> None:
             ["--max-model-len", "2048"], ["--max-model-len 2048", "3392"], id="budget-below-zero"
         ),
         pytest.param(["--gpu", "auto"], ["--gpu auto", "--profile"], id="no-nvidia-driver"),
+        pytest.param(
+            ["--kv-cache-memory-bytes", "12000000000"],
+            ["--kv-cache-memory-bytes 12,000,000,000", "weights", "rtx4070-12gb", "at most"],
+            id="kv-and-weights-above-the-gpu",
+        ),
+        pytest.param(
+            ["--platform", "cpu", "--kv-cache-memory-bytes", "1000000000000000000"],
+            ["--kv-cache-memory-bytes 1,000,000,000,000,000,000", "this host's memory", "--server"],
+            id="kv-above-the-host-on-cpu",
+        ),
+        pytest.param(
+            ["--model", "llama-3.1-8b-instruct", "--kv-cache-memory-bytes", "1000000000"],
+            ["llama-3.1-8b-instruct", "weights alone", "--profile"],
+            id="weights-alone-above-the-gpu",
+        ),
+        pytest.param(
+            ["--kv-cache-memory-bytes", "1"],
+            ["holds no block", "--kv-cache-memory-bytes"],
+            id="kv-of-one-byte",
+        ),
+        pytest.param(
+            ["--max-model-len", "300000"],
+            ["--max-model-len 300000", "limit of 262144", "at most 262144"],
+            id="window-above-the-model",
+        ),
+        pytest.param(
+            ["--server", "http://127.0.0.1:9", "--profile", "rtx4070-12gb"],
+            ["--profile", "--server", "drop it"],
+            id="profile-beside-server",
+        ),
         pytest.param(
             ["--server", "http://127.0.0.1:9"], ["127.0.0.1:9", "vLLM"], id="server-unreachable"
         ),
@@ -245,3 +277,30 @@ def test_cpu_hybrid_plan_without_the_flag_names_the_host_it_detected_on(tmp_path
     assert report["plan"]["layout"]["mamba_ssm_cache_dtype"] == (
         "float32" if detected else "bfloat16"
     )
+
+
+def test_without_the_flag_the_window_is_the_models_own_when_shorter(tmp_path: Path) -> None:
+    """vLLM derives --max-model-len from the model when the flag is absent: a config that allows
+    8,192 is planned at 8,192 (not refused for residency's 32,768 default, a flag never typed);
+    given explicitly, 16,384 is refused with both numbers."""
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 576,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "vocab_size": 49152,
+        "max_position_embeddings": 8192,
+        "torch_dtype": "bfloat16",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    common = ("plan", "--model", str(tmp_path), "--platform", "cpu")
+    out = run_capacity_cli(*common, "--kv-cache-memory-bytes", str(1 << 30), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["inputs"]["settings"]["max_model_len"] == 8192
+    typed = run_capacity_cli(
+        *common, "--kv-cache-memory-bytes", str(1 << 30), "--max-model-len", "16384"
+    )
+    assert typed.returncode == 1
+    assert "--max-model-len 16384 is above the model's limit of 8192" in typed.stderr

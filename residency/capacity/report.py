@@ -23,7 +23,7 @@ from residency.capacity.profiles import (
 from residency.capacity.ranks import HostGpus, estimate_rank_memory, read_host_gpus
 from residency.capacity.request import CapacityRequest
 from residency.errors import ConfigError
-from residency.machine import cpu_flags
+from residency.machine import cpu_flags, machine_info
 
 
 class CapacityInputs(BaseModel):
@@ -222,23 +222,64 @@ def _report(
     )
 
 
-def _check_kv_bytes_fit_the_device(req: CapacityRequest) -> None:
-    """ConfigError when --kv-cache-memory-bytes exceeds the memory of the GPUs named (the
-    profile, or the default one; every rank's) on --platform cuda: no server could hold it."""
-    assert req.kv_cache_memory_bytes is not None
-    if req.cache.platform != "cuda" or req.gpu == "auto":
-        return
-    from residency.capacity.profiles import load_gpu_profile
+def _check_kv_bytes_fit_the_device(req: CapacityRequest, model: ResolvedModel) -> None:
+    """ConfigError when --kv-cache-memory-bytes and the weights (per rank) exceed the memory
+    of the device named: the GPU of the profile (or the default one) on --platform cuda, this
+    host's memory on --platform cpu (vLLM CPU keeps both in RAM). No server could hold it."""
+    kv = req.kv_cache_memory_bytes
+    assert kv is not None
+    world = req.cache.tensor_parallel_size * req.cache.pipeline_parallel_size
+    weights = (model.weights_bytes or 0) // world
+    if req.cache.platform == "cpu":
+        total, where = host_memory_bytes(), "this host's memory"
+        fix = "plan on the host that runs vLLM, or read its KV from it with --server"
+    elif req.cache.platform == "cuda" and req.gpu != "auto":
+        from residency.capacity.profiles import load_gpu_profile
 
-    gpu = load_gpu_profile(req.profile or DEFAULT_PROFILE)
-    if req.kv_cache_memory_bytes > gpu.total_memory_bytes:
-        total = gpu.total_memory_bytes
+        gpu = load_gpu_profile(req.profile or DEFAULT_PROFILE)
+        total, where = gpu.total_memory_bytes, f"the {gpu.name}"
+        fix = "name the GPU with --profile" if req.profile is None else "check --profile"
+    else:
+        return
+    if total is None or kv + weights <= total:
+        return
+    gib = 1 << 30
+    device = f"{where} ({total:,} bytes, {total / gib:.2f} GiB)"
+    if weights >= total:
         raise ConfigError(
-            f"--kv-cache-memory-bytes {req.kv_cache_memory_bytes:,} is more than the whole "
-            f"{gpu.name} ({total:,} bytes, {total / (1 << 30):.2f} GiB per GPU): lower it below "
-            f"{total:,} (what is left after the weights: drop the flag and plan from "
-            "--gpu-memory-utilization), or name the GPU with --profile"
+            f"--model {model.name}: its weights alone ({weights:,} bytes per rank) are more "
+            f"than {device}, whatever --kv-cache-memory-bytes says: {fix}"
         )
+    if weights:
+        estimate = "" if req.cache.platform == "cpu" else " (or drop it to plan from "
+        estimate += "" if req.cache.platform == "cpu" else "--gpu-memory-utilization)"
+        raise ConfigError(
+            f"--kv-cache-memory-bytes {kv:,} plus the weights ({weights:,} bytes per rank) is "
+            f"more than {device}: lower it to at most {total - weights:,}{estimate}, or {fix}"
+        )
+    raise ConfigError(
+        f"--kv-cache-memory-bytes {kv:,} is more than {where} ({total:,} bytes, "
+        f"{total / gib:.2f} GiB): lower it below {total:,}, or {fix}"
+    )
+
+
+def host_memory_bytes() -> int | None:
+    """This machine's memory (MemTotal), None where it cannot be read."""
+    gib = machine_info().memory_gib
+    return None if gib is None else int(gib * (1 << 30))
+
+
+def _default_window(req: CapacityRequest, model: ResolvedModel) -> CapacityRequest:
+    """`req` with --max-model-len lowered to the model's own limit when the flag was not given
+    and residency's default (32,768) is above it: vLLM derives the window from the model when
+    the flag is absent, so a default the model cannot run is never refused as if typed."""
+    limit = model.spec.max_model_len_limit
+    if "cache.max_model_len" in req.stated or limit is None:
+        return req
+    if req.cache.max_model_len <= limit:
+        return req
+    cache = req.cache.model_copy(update={"max_model_len": limit})
+    return req.model_copy(update={"cache": cache})
 
 
 def build_capacity_report(req: CapacityRequest) -> CapacityReport:
@@ -248,9 +289,10 @@ def build_capacity_report(req: CapacityRequest) -> CapacityReport:
 
         return server_report(req)
     model = resolve_model(req.model or DEFAULT_MODEL)
+    req = _default_window(req, model)
     if req.kv_cache_memory_bytes is not None:
         settings = _settings(req)
-        _check_kv_bytes_fit_the_device(req)
+        _check_kv_bytes_fit_the_device(req, model)
         plan = plan_capacity(model.spec, settings, req.kv_cache_memory_bytes, req.reserves)
         inputs = _inputs(req, model, settings, "--kv-cache-memory-bytes (profiling bypassed)")
         return _report(plan, inputs)

@@ -56,6 +56,13 @@ class CapacityRequest(BaseModel):
             flags={
                 "tensor_parallel_size": Flag("--tensor-parallel-size", "-tp"),
                 "pipeline_parallel_size": Flag("--pipeline-parallel-size", "-pp"),
+                # vLLM derives the window from the model when the flag is absent; residency
+                # plans 32,768 for longer windows (a model's full 128K-256K window rarely fits
+                # a single GPU's KV cache) and the model's own below that
+                # (capacity/report.py: _default_window).
+                "max_model_len": Flag(
+                    show_default=f"{DEFAULT_MAX_MODEL_LEN}, or the model's limit when lower"
+                ),
             },
             # Set from the answer to --cpu-avx512-bf16 (the request's tri-state, below).
             skip=frozenset({"cpu_avx512_bf16", "max_concurrent_batches"}),

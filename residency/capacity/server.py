@@ -86,10 +86,13 @@ def _refuse_contradictions(
     server = f"the server at {req.server}"
     stated = req.stated
     if "cache.max_model_len" in stated and served_len and req.cache.max_model_len != served_len:
+        wanted, limit = req.cache.max_model_len, model.spec.max_model_len_limit
+        restart = f"or restart vLLM with --max-model-len {wanted} to plan that window"
+        if limit is not None and wanted > limit:  # advice only of what the model can run
+            restart = f"the model's limit is {limit} (config.json), so vLLM cannot run {wanted}"
         raise ConfigError(
-            f"--max-model-len {req.cache.max_model_len}: {server} runs max_model_len "
-            f"{served_len} (its /v1/models); drop the flag, or restart vLLM with "
-            f"--max-model-len {req.cache.max_model_len} to plan that window"
+            f"--max-model-len {wanted}: {server} runs max_model_len {served_len} (its "
+            f"/v1/models); drop the flag, {restart}"
         )
     label_block = label_int(labels, "block_size")
     if "cache.block_size" in stated and label_block and req.cache.block_size != label_block:
@@ -119,9 +122,30 @@ def _refuse_contradictions(
             )
 
 
+def _refuse_other_hosts(req: CapacityRequest) -> None:
+    """ConfigError when another host flag comes with --server: the server's own KV numbers are
+    the host, and a second description of it would be silently ignored."""
+    given = [
+        flag
+        for flag, value in (
+            ("--kv-cache-memory-bytes", req.kv_cache_memory_bytes),
+            ("--profile", req.profile),
+            ("--gpu", req.gpu),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"{' and '.join(given)} with --server {req.server}: the server's own KV cache is "
+            "the host; drop " + ("them" if len(given) > 1 else "it") + " (or drop --server to "
+            "plan from " + ("them" if len(given) > 1 else "it") + ")"
+        )
+
+
 def server_report(req: CapacityRequest) -> CapacityReport:
     """The capacity of a running vLLM, in its own numbers, beside the planner's prediction."""
     assert req.server is not None
+    _refuse_other_hosts(req)
     with VllmClient(req.server) as client:
         served = client.models()[0]
         labels = client.cache_config_info()
