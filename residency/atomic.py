@@ -60,6 +60,16 @@ def _check_parent(path: Path, flag: str) -> None:
         raise ConfigError(
             f"{shown}: cannot write in {parent} (permission denied); choose another {flag}"
         )
+    # Permission bits do not tell all (root, a read-only mount, an immutable directory, /proc):
+    # create and remove a probe file, as the write will.
+    probe = parent / f".residency-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{shown}: cannot write in {parent} ({exc.strerror or exc}); choose another {flag}"
+        ) from None
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:

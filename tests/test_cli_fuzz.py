@@ -221,6 +221,8 @@ def test_output_paths_that_cannot_be_written_are_one_line_and_nothing_is_planned
     a_file.write_text("x")
     out = a_file / "plan.json"
     assert_one_line(cli(*args, "-o", str(out)), "not a directory")
+    # A directory no one can create files in, root included (permission bits are not enough).
+    assert_one_line(cli(*args, "-o", "/proc/plan.json"), "/proc/plan.json", "cannot write in /proc")
     # residency index onto a file; a corpus directory that is not one.
     assert_one_line(cli("index", str(EN_SAMPLE.docs), "-o", str(a_file)), "is a file")
     assert a_file.read_text() == "x"
@@ -245,3 +247,39 @@ def test_plan_stores_the_index_absolute_and_serve_reads_it_from_anywhere(
         "--questions", str(EN_SAMPLE.questions), "--json", cwd=tmp_path,
     )  # fmt: skip
     assert coverage.returncode == 0, coverage.stderr
+
+
+@pytest.fixture(scope="module")
+def dense_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small index with dense vectors (the default embedder), built by `residency index`."""
+    root = tmp_path_factory.mktemp("fuzz-dense")
+    docs = root / "docs"
+    docs.mkdir()
+    (docs / "ferry.md").write_text("# Ferry\n\nThe ferry leaves the north pier at seven.\n")
+    (docs / "lamp.md").write_text("# Lamp\n\nThe harbor lamp is lit at dusk by the keeper.\n")
+    done = cli("index", str(docs), "-o", str(root / "index"))
+    assert done.returncode == 0, done.stderr
+    assert (root / "index" / "dense" / "dense.faiss").exists()
+    return root / "index"
+
+
+@pytest.mark.parametrize(
+    ("name", "how", "said"),
+    [
+        ("dense.faiss", "missing", "dense/dense.faiss is missing"),
+        ("dense.faiss", "torn", "dense/dense.faiss is torn or foreign"),
+        ("dense.meta.json", "wrong-shape", "a dense/ metadata file is torn or foreign"),
+    ],
+)
+def test_a_damaged_dense_part_is_one_line_naming_the_file(
+    dense_index: Path, tmp_path: Path, name: str, how: str, said: str
+) -> None:
+    index = tmp_path / "index"
+    shutil.copytree(dense_index, index)
+    _damage(index / "dense" / name, how)
+    questions = tmp_path / "qa.jsonl"
+    questions.write_text('{"query": "When does the ferry leave?", "relevant_ids": ["x"]}\n')
+    done = cli("eval", "retrieval", "--index", str(index), "--questions", str(questions))
+    line = assert_one_line(done, str(index), said, "residency index")
+    assert "faiss::" not in line  # faiss's C++ text stays out of the answer
+    assert "DenseMeta" not in line  # no internal class name

@@ -13,6 +13,10 @@ import pytest
 from residency_cli import run_cli
 from vllm_server import VllmServer
 
+from residency.capacity.request import CapacityRequest
+from residency.corpus.samples import EN_SAMPLE
+from residency.planning.run import PlanJob, choose_sample
+
 pytestmark = pytest.mark.vllm
 
 
@@ -77,3 +81,17 @@ def test_a_second_host_beside_the_server_is_refused(
     assert named in line
     assert "--server" in line
     assert out_path.read_text() == "previous"
+
+
+def test_without_an_index_an_english_model_gets_the_english_sample(
+    vllm_real_server: VllmServer,
+) -> None:
+    """`plan --server` without --index: SmolLM2's tokenizer spends several tokens per Japanese
+    character, so the English sample is planned, and the warning says why and how to plan a
+    corpus of one's own (the issue: the Japanese sample planned for an English model)."""
+    job = PlanJob(CapacityRequest(server=vllm_real_server.base_url))
+    assert choose_sample(job) is EN_SAMPLE
+    (warning,) = job.warnings
+    assert "harbor-lights-en" in warning
+    assert "English-first tokenizer" in warning
+    assert "--index" in warning

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -185,8 +186,24 @@ def load_index_part(
     except ResidencyError as exc:
         raise ConfigError(f"index {directory}: {exc}; {rebuild}") from None
     except Exception as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else "no detail"
         raise ConfigError(
-            f"index {directory}: its {part}/ files are missing or torn ({type(exc).__name__}: "
-            f"{detail}); {rebuild}"
+            f"index {directory}: {_damage(directory, part, exc)}; {rebuild}"
         ) from None
+
+
+def _damage(directory: Path, part: str, exc: Exception) -> str:
+    """What is wrong with a retriever's files, in the user's terms: the file named by the
+    error (missing, or torn or foreign), a metadata field, or the error's first line."""
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "its fields"
+        return f"a {part}/ metadata file is torn or foreign ({where}: {err['msg']})"
+    text = str(exc)
+    name = Path(exc.filename).name if isinstance(exc, OSError) and exc.filename else None
+    if name is None and (found := re.search(rf"{re.escape(part)}/([\w.-]+)", text)):
+        name = found.group(1)
+    if name is not None:
+        state = "torn or foreign" if (directory / part / name).exists() else "missing"
+        return f"{part}/{name} is {state}"
+    detail = text.splitlines()[0] if text else "no detail"
+    return f"its {part}/ files are missing or torn ({type(exc).__name__}: {detail})"
