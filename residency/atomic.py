@@ -190,8 +190,10 @@ def atomic_directory(target: Path) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_builds(target)
     tmp = target.with_name(f".{target.name}{_BUILD_MARK}{os.getpid()}-{secrets.token_hex(4)}")
-    tmp.mkdir()
     try:
+        # Inside the try: a Ctrl-C handled on the way out of mkdir (the directory made, the
+        # call not yet returned) still removes it.
+        tmp.mkdir()
         yield tmp
         _fsync_tree(tmp)
         swap_directory(tmp, target)
