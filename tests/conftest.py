@@ -230,6 +230,27 @@ def en_real_index(vllm_real_server: VllmServer, tmp_path_factory: pytest.TempPat
     return index_dir
 
 
+@pytest.fixture(scope="session")
+def kv_events_spec(dense_model_dir: Path) -> ServerSpec:
+    """The tiny dense model with KV events on and a 96-block cache (tests/kv_events_traffic.py):
+    one configuration (its ZMQ ports chosen once) for the KV-event and keep-warm modules."""
+    from kv_events_traffic import MAX_MODEL_LEN, events_server_args
+
+    args = events_server_args(DENSE_SERVER_ARGS)
+    return ServerSpec(dense_model_dir, args, MAX_MODEL_LEN, name="dense-kv-events")
+
+
+@pytest.fixture(scope="session")
+def kv_events_plan(
+    vllm_pool: VllmServerPool, kv_events_spec: ServerSpec, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The English sample planned against that server (built once per run)."""
+    from kv_events_traffic import plan_for_events
+
+    server = vllm_pool.get(kv_events_spec)
+    return plan_for_events(server, tmp_path_factory.mktemp("kv-events"))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many vLLM servers this run started, and how long each took."""
     for pool in _POOL:

@@ -1,26 +1,26 @@
-"""Keep-warm on a real server: SmolLM2-135M-Instruct on vLLM CPU, 1 GiB KV cache, the default
-plan for the English sample (a shared head and many small branches, the cache full but for the
-headroom). Long questions routed to one prefix allocate more than the headroom; then one
-question goes to the branch that was warmed earliest. Without keep-warm vLLM's LRU has evicted
-that branch (the test asserts it, so the traffic is known to be enough); with keep-warm the
-router touched it in time and the question finds it cached."""
+"""Keep-warm on a real server: the tiny dense model on vLLM CPU with a 96-block KV cache (the
+configuration the KV-event tests share, tests/kv_events_traffic.py; events ignored here with
+`--kv-events off`), the English sample planned against it (a shared head and three branches, the
+cache full but for the headroom). Long questions routed to one prefix allocate more than the
+headroom; then one question goes to the branch that was warmed earliest. Without keep-warm
+vLLM's LRU has evicted that branch (the test asserts it, so the traffic is known to be enough);
+with keep-warm the router touched it in time and the question finds it cached."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from kv_events_traffic import filler_words
 from router_server import RouterProcess
-from vllm_server import VllmServer
+from vllm_pool import ServerSpec, VllmServerPool
 
 from residency.corpus.samples import EN_SAMPLE
 from residency.index import open_index
-from residency.planning.plan_model import ResidencyPlan, read_plan
+from residency.planning.plan_model import ResidencyPlan, plan_index_dir, read_plan
 from residency.query_log import read_query_log
 from residency.serve.context import ContextBuilder
 from residency.serve.headers import PREFIX_HEADER
@@ -29,30 +29,8 @@ from residency.serve.settings import ServeSettings
 pytestmark = pytest.mark.vllm
 
 HTTP_TIMEOUT_S = 300.0
-FILLER_TOKENS = 1_800  # a word no document holds, repeated: each question's own new blocks
+FILLER_TOKENS = 1_200  # a word no document holds, repeated: each question's own new blocks
 MAX_LONG_QUESTIONS = 12
-
-
-@pytest.fixture(scope="module")
-def default_plan(
-    vllm_real_server: VllmServer,
-    en_real_index: Path,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, Path]:
-    """(plan.json as `residency plan` makes it by default, its BM25 index)."""
-    root = tmp_path_factory.mktemp("keepwarm-real")
-    index_dir = en_real_index
-    out = root / "plan.json"
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "residency", "plan", "--server", vllm_real_server.base_url,
-            "--platform", "cpu", "--index", str(index_dir), "--log", str(EN_SAMPLE.queries),
-            "-o", str(out),
-        ],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return out, index_dir
 
 
 def _long(question: str, tag: str, n: int, words: int) -> str:
@@ -93,15 +71,6 @@ def _ask(router: RouterProcess, question: str) -> tuple[str, dict[str, int]]:
     return answer.headers[PREFIX_HEADER], {"prompt": usage["prompt_tokens"], "cached": cached}
 
 
-def _filler_words(server: VllmServer) -> int:
-    """How many filler words make FILLER_TOKENS tokens with the server's tokenizer."""
-    from residency.vllm_client import VllmClient
-
-    with VllmClient(server.base_url) as client:
-        per_word = len(client.tokenize(" zq" * 100)) / 100
-    return int(FILLER_TOKENS / per_word)
-
-
 def _traffic(
     router: RouterProcess, busy_q: str, busy: str, idle_q: str, headroom: int, words: int, tag: str
 ) -> tuple[str, dict[str, int]]:
@@ -128,19 +97,22 @@ def _counter(metrics: str, name: str, **labels: str) -> float:
 
 
 def test_keep_warm_keeps_an_idle_prefix_cached_that_lru_evicts_without_it(
-    vllm_real_server: VllmServer, default_plan: tuple[Path, Path], tmp_path: Path
+    vllm_pool: VllmServerPool, kv_events_spec: ServerSpec, kv_events_plan: Path, tmp_path: Path
 ) -> None:
-    plan_path, index_dir = default_plan
+    server = vllm_pool.get(kv_events_spec)
+    plan_path = kv_events_plan
     plan = read_plan(plan_path)
+    index_dir = plan_index_dir(plan, plan_path)
     a, block = plan.arithmetic, plan.capacity.block_size
     assert a is not None
-    assert len(plan.prefixes) >= 4
-    words = _filler_words(vllm_real_server)
+    assert len(plan.prefixes) >= 3
+    words = filler_words(server, FILLER_TOKENS)
     busy_q, busy, idle_q, idle = _questions(plan, index_dir, words)
     expected = {p.id: p.tokens for p in plan.prefixes}[idle] - block
-    upstream = [vllm_real_server.base_url]
-    args = ("--retriever", "bm25")
+    upstream = [server.base_url]
+    args = ("--retriever", "bm25", "--kv-events", "off")
 
+    httpx.post(f"{server.base_url}/reset_prefix_cache", timeout=60)
     with RouterProcess(plan_path, upstream, tmp_path, (*args, "--no-keep-warm")) as router:
         prefix_id, usage = _traffic(router, busy_q, busy, idle_q, a.headroom_tokens, words, "off")
         metrics = httpx.get(f"{router.base_url}/metrics", timeout=30).text
@@ -149,6 +121,7 @@ def test_keep_warm_keeps_an_idle_prefix_cached_that_lru_evicts_without_it(
     assert _counter(metrics, "residency_router_prefix_evictions", prefix=idle) == 1
     assert _counter(metrics, "residency_router_keep_warm_touches") == 0
 
+    httpx.post(f"{server.base_url}/reset_prefix_cache", timeout=60)
     with RouterProcess(plan_path, upstream, tmp_path, args) as router:  # warms every prefix again
         prefix_id, usage = _traffic(router, busy_q, busy, idle_q, a.headroom_tokens, words, "on")
         metrics = httpx.get(f"{router.base_url}/metrics", timeout=30).text

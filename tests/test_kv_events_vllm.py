@@ -12,17 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import DENSE_SERVER_ARGS
 from kv_events_traffic import (
     DIRECT_TOKENS,
-    MAX_MODEL_LEN,
     ask,
     direct,
     events_ready,
-    events_server_args,
     filler_words,
     metric,
-    plan_for_events,
     questions,
     wait_for,
 )
@@ -36,17 +32,15 @@ pytestmark = pytest.mark.vllm
 
 
 @pytest.fixture(scope="module")
-def events_server(vllm_pool: VllmServerPool, dense_model_dir: Path) -> VllmServer:
-    """The tiny dense model with KV events on and a 96-block cache."""
-    args = events_server_args(DENSE_SERVER_ARGS)
-    spec = ServerSpec(dense_model_dir, args, MAX_MODEL_LEN, name="dense-kv-events")
-    return vllm_pool.get(spec)
+def events_server(vllm_pool: VllmServerPool, kv_events_spec: ServerSpec) -> VllmServer:
+    """The tiny dense model with KV events on and a 96-block cache (conftest)."""
+    return vllm_pool.get(kv_events_spec)
 
 
 @pytest.fixture(scope="module")
-def events_plan(events_server: VllmServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The English sample planned against that server."""
-    return plan_for_events(events_server, tmp_path_factory.mktemp("kv-events"))
+def events_plan(kv_events_plan: Path) -> Path:
+    """The English sample planned against that server (conftest, shared with keep-warm)."""
+    return kv_events_plan
 
 
 def test_an_evicted_prefix_is_rewarmed_from_the_events_and_found_cached(
