@@ -1,5 +1,5 @@
 """`python -m residency` runs the CLI."""
 
-from residency.cli import main
+from residency.cli import console_main
 
-main()
+console_main()

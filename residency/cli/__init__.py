@@ -6,7 +6,9 @@ Imported by nothing but `residency.__main__`. May import: everything.
 from __future__ import annotations
 
 import ast
+import atexit
 import importlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,8 +109,20 @@ def walk_commands() -> Iterator[tuple[tuple[str, ...], click.Command]]:
 _err = Console(stderr=True, soft_wrap=True)
 
 
+# Set by the console entry points (not by tests that call `main` in their own process): after
+# Ctrl-C or SIGTERM the process ends itself (see `_aborted`).
+_OWN_PROCESS = False
+
+
+def console_main() -> None:
+    """The `residency` command and `python -m residency`: `main` in a process of its own."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+    main()
+
+
 def main() -> None:
-    """Console-script entry: run the app; a user error becomes one line on stderr, exit 1."""
+    """Run the app; a user error becomes one line on stderr, exit 1; Ctrl-C exits 130."""
     try:
         rv = app(prog_name="residency", standalone_mode=False)
     except USER_ERRORS as exc:
@@ -130,6 +144,16 @@ def main() -> None:
 
 def _aborted() -> NoReturn:
     _err.print("aborted")
+    if _OWN_PROCESS:
+        # A KeyboardInterrupt that passed out of code run by exec() or eval() (an import,
+        # a generated class) sets CPython's "unhandled KeyboardInterrupt" flag even though it
+        # is handled here, and the interpreter then ends itself by SIGINT at exit (status -2,
+        # not 130; seen on a loaded machine). So: the exit handlers (servers this process
+        # started), the streams, then the exit status itself.
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     sys.exit(130)
 
 
