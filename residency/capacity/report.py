@@ -251,8 +251,9 @@ def _check_kv_bytes_fit_the_device(req: CapacityRequest, model: ResolvedModel) -
             f"than {device}, whatever --kv-cache-memory-bytes says: {fix}"
         )
     if weights:
-        estimate = "" if req.cache.platform == "cpu" else " (or drop it to plan from "
-        estimate += "" if req.cache.platform == "cpu" else "--gpu-memory-utilization)"
+        estimate = ""
+        if req.cache.platform == "cuda":
+            estimate = " (or drop it to plan from --gpu-memory-utilization)"
         raise ConfigError(
             f"--kv-cache-memory-bytes {kv:,} plus the weights ({weights:,} bytes per rank) is "
             f"more than {device}: lower it to at most {total - weights:,}{estimate}, or {fix}"
