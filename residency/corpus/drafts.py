@@ -82,7 +82,7 @@ class DraftBuilder:
         """A heading of `level` (1 = top) starts a new section at `line` (and `page`)."""
         self._flush()
         slug = anchor or slugify(text)
-        if anchor is None and slug in self._used:
+        if slug in self._used:  # a repeated or colliding id: a stable suffix, the section kept
             n = 2
             while f"{slug}-{n}" in self._used:
                 n += 1

@@ -22,16 +22,25 @@ _PERMALINK = re.compile(r"[\s¶#🔗]+$")
 _HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
 
-def _heading_ids(tree: Any) -> dict[str, list[str]]:
-    """Heading text -> the ids of the page's headings with that text, in page order."""
-    ids: dict[str, list[str]] = {}
-    for el in tree.iter(*_HEADING_TAGS):
-        ident = el.get("id") or next(
-            (p.get("id") for p in el.iterancestors("section", "div") if p.get("id")), None
-        )
-        text = _PERMALINK.sub("", " ".join(el.text_content().split()))
+def heading_anchor(el: Any) -> str | None:
+    """A heading element's own anchor: its ``id``, else the ``id`` / ``name`` of an element inside
+    it (Wikipedia's ``<h2><span id="History">``, ``<h3><a name="setup">``), never a wrapper's."""
+    ident = el.get("id")
+    if ident:
+        return str(ident)
+    for inner in el.iterdescendants():
+        ident = inner.get("id") or (inner.get("name") if inner.tag == "a" else None)
         if ident:
-            ids.setdefault(text, []).append(str(ident))
+            return str(ident)
+    return None
+
+
+def _heading_ids(tree: Any) -> dict[str, list[str | None]]:
+    """Heading text -> the anchors of the page's headings with that text, in page order."""
+    ids: dict[str, list[str | None]] = {}
+    for el in tree.iter(*_HEADING_TAGS):
+        text = _PERMALINK.sub("", " ".join(el.text_content().split()))
+        ids.setdefault(text, []).append(heading_anchor(el))
     return ids
 
 
