@@ -41,6 +41,7 @@ HTML_DROP = (
     " | //*[contains(concat(' ', @class, ' '), ' mw-editsection ')]"
     " | //*[@id='toc'] | //*[contains(concat(' ', @class, ' '), ' headerlink ')]"
     " | //*[contains(concat(' ', @class, ' '), ' navbox ')]"
+    " | //*[contains(concat(' ', @class, ' '), ' vertical-navbox ')]"
 )
 HTML_BLOCKS = {
     "p",

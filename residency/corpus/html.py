@@ -11,28 +11,22 @@ link a reader follows, e.g. ``page.html#installation``), else the slug of the he
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterator
 from typing import Any
 
 from residency.corpus.drafts import Draft, DraftBuilder
+from residency.corpus.html_main import (
+    HEADING_TAGS,
+    PERMALINK,
+    drop_noise,
+    heading_anchor,
+    main_drafts,
+    main_element,
+)
 from residency.corpus.model import SkippedInput
 
-# Sphinx / MkDocs permalink marks that trafilatura keeps at the end of a heading.
-_PERMALINK = re.compile(r"[\s¶#🔗]+$")
-_HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
-
-
-def heading_anchor(el: Any) -> str | None:
-    """A heading element's own anchor: its ``id``, else the ``id`` / ``name`` of an element inside
-    it (Wikipedia's ``<h2><span id="History">``, ``<h3><a name="setup">``), never a wrapper's."""
-    ident = el.get("id")
-    if ident:
-        return str(ident)
-    for inner in el.iterdescendants():
-        ident = inner.get("id") or (inner.get("name") if inner.tag == "a" else None)
-        if ident:
-            return str(ident)
-    return None
+_PERMALINK = PERMALINK
+_HEADING_TAGS = HEADING_TAGS
 
 
 def _heading_ids(tree: Any) -> dict[str, list[str | None]]:
@@ -78,6 +72,22 @@ def block_text(el: Any) -> str:
     return _flat(el)
 
 
+def _blocks(parent: Any) -> Iterator[Any]:
+    """The blocks of trafilatura's XML in order; a layout table (cells holding headings or
+    paragraphs, as on table-laid-out news sites) gives its cells' blocks, not one row a line."""
+    for el in parent:
+        if el.tag == "table" and el.find("row/cell/head") is not None:
+            for cell in el.iter("cell"):
+                loose = [cell.text or ""] + [child.tail or "" for child in cell]
+                if "".join(loose).strip():
+                    text = cell.makeelement("p", {})
+                    text.text = " ".join(loose)
+                    yield text
+                yield from _blocks(cell)
+        else:
+            yield el
+
+
 def read_html(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
     """Sections of one HTML page's main content (`Draft.line` is the block's number)."""
     import lxml.etree
@@ -88,6 +98,14 @@ def read_html(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
         tree = lxml.html.document_fromstring(data)
     except (lxml.etree.ParserError, ValueError) as exc:
         return [], [SkippedInput(file=rel, line=0, reason=f"cannot parse HTML ({exc})")]
+    main = main_element(tree)
+    if main is not None:
+        drop_noise(main)
+        drafts = main_drafts(rel, main)
+        if not drafts:
+            reason = "no text in the page's main element (filled in by JavaScript?)"
+            return [], [SkippedInput(file=rel, line=0, reason=reason)]
+        return drafts, []
     for link in tree.xpath('//a[contains(concat(" ", @class, " "), " headerlink ")]'):
         link.drop_tree()
     ids = _heading_ids(tree)
@@ -107,7 +125,7 @@ def read_html(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
     root = lxml.etree.fromstring(xml.encode("utf-8"))
     main = root.find("main")
     builder = DraftBuilder(rel)
-    for n, el in enumerate(main if main is not None else root, start=1):
+    for n, el in enumerate(_blocks(main if main is not None else root), start=1):
         text = block_text(el)
         rend = el.get("rend") or ""
         if el.tag == "head" and rend in _HEADING_TAGS:

@@ -1,0 +1,204 @@
+"""A page's main element read block by block (lxml): used when the page names its main content
+(``<main>``, ``role="main"``, ``<article>``), so nothing in it is lost to a boilerplate guess.
+
+Inside the main element, what is never main text is removed first: scripts and styles,
+navigation, asides and complementary columns, forms, hidden elements, edit links and permalink
+marks, tables of contents and navigation boxes, and blocks whose class or id names them as
+sharing, related stories, advertising, comments or newsletter sign-ups. Then every heading
+``h1``-``h6`` starts a section (its anchor: `heading_anchor`), a table is one row a line with
+cells separated by ' | ', a list one item a line, ``pre`` as written, any other block one
+paragraph.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from residency.corpus.drafts import Draft, DraftBuilder
+
+HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+# Sphinx / MkDocs permalink marks (and Read the Docs' icon-font glyph) ending a heading's text.
+PERMALINK = re.compile(r"[\s¶#🔗\u200b\uf0c1]+$")
+
+# Where a page says its main content is, most specific first.
+MAIN_XPATHS = ("//main", "//*[@role='main']", "//article", "//*[@itemprop='articleBody']")
+_NOISE_TAGS = [
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "svg",
+    "iframe",
+    "nav",
+    "aside",
+    "form",
+    "button",
+    "select",
+    "textarea",
+    "dialog",
+]
+_NOISE_XPATH = " | ".join(
+    [f"//{tag}" for tag in _NOISE_TAGS]
+    + [
+        "//*[@role='navigation' or @role='complementary' or @role='search']",
+        "//*[@hidden] | //*[@aria-hidden='true'][not(self::img)]",
+        "//*[contains(translate(@style, ' ', ''), 'display:none')]",
+        "//*[@id='toc']",
+    ]
+)
+# Class / id words of blocks that are not the page's main text.
+_NOISE_NAMES = re.compile(
+    r"(?:^|[\s_-])(?:mw-editsection|headerlink|toc|navbox|share|sharing|social|related|promo|"
+    r"advert\w*|ads?|outbrain|comments?|sidebar|breadcrumbs?|newsletter|subscribe|signup|"
+    r"cookie\w*|story-more|more-from\w*|visually-hidden|sr-only|screen-reader-text)(?:$|[\s_-])",
+    re.I,
+)
+_BLOCKS = frozenset(
+    [
+        "p",
+        "div",
+        "section",
+        "article",
+        "main",
+        "header",
+        "footer",
+        "li",
+        "dt",
+        "dd",
+        "blockquote",
+        "figure",
+        "figcaption",
+        "address",
+        "details",
+        "summary",
+        "caption",
+        "center",
+        "hr",
+        "ul",
+        "ol",
+        "dl",
+        "table",
+        "tr",
+        "td",
+        "th",
+        "tbody",
+        "thead",
+    ]
+)
+
+
+def heading_anchor(el: Any) -> str | None:
+    """A heading element's own anchor: its ``id``, else the ``id`` / ``name`` of an element inside
+    it (Wikipedia's ``<h2><span id="History">``, ``<h3><a name="setup">``), never a wrapper's."""
+    ident = el.get("id")
+    if ident:
+        return str(ident)
+    for inner in el.iterdescendants():
+        if not isinstance(inner.tag, str):
+            continue
+        ident = inner.get("id") or (inner.get("name") if inner.tag == "a" else None)
+        if ident:
+            return str(ident)
+    return None
+
+
+def _flat(el: Any) -> str:
+    return " ".join("".join(el.itertext()).split())
+
+
+def main_element(tree: Any) -> Any | None:
+    """The element the page names as its main content (the longest when several), or None."""
+    for xpath in MAIN_XPATHS:
+        found = tree.xpath(xpath)
+        if found:
+            return max(found, key=lambda el: len(el.text_content()))
+    return None
+
+
+def drop_noise(root: Any) -> None:
+    """Remove from `root` what is never main text (see the module docstring)."""
+    for el in root.xpath(_NOISE_XPATH):
+        if el.getparent() is not None:
+            el.drop_tree()
+    for el in list(root.iter()):
+        if not isinstance(el.tag, str) or el.getparent() is None:
+            continue
+        names = f"{el.get('class') or ''} {el.get('id') or ''}"
+        if names.strip() and _NOISE_NAMES.search(names):
+            el.drop_tree()
+
+
+def _data_table(el: Any) -> bool:
+    """A table of data, not a layout table holding headings, nested tables or paragraphs."""
+    return not el.xpath(".//table | .//h1 | .//h2 | .//h3 | .//h4 | .//h5 | .//h6 | .//p")
+
+
+class _Walk:
+    """One pass over the main element feeding a `DraftBuilder`."""
+
+    def __init__(self, builder: DraftBuilder) -> None:
+        self.builder = builder
+        self.inline: list[str] = []
+        self.block = 0
+
+    def emit(self, text: str) -> None:
+        lines = (" ".join(line.split()) for line in text.split("\n"))
+        kept = "\n".join(line for line in lines if line)
+        if kept:
+            self.block += 1
+            self.builder.body(kept, sep="\n\n")
+
+    def flush(self, prefix: str = "") -> None:
+        text, self.inline = "".join(self.inline), []
+        if text.strip():
+            self.emit(prefix + text.strip())
+
+    def element(self, el: Any) -> None:
+        tag = el.tag.lower() if isinstance(el.tag, str) else ""
+        if tag in HEADING_TAGS:
+            self.flush()
+            text = PERMALINK.sub("", _flat(el))
+            if text:
+                self.block += 1
+                self.builder.heading(int(tag[1]), text, self.block, heading_anchor(el))
+        elif tag == "pre":
+            self.flush()
+            self.block += 1
+            code = el.text_content().strip("\n")
+            if code.strip():
+                self.builder.body(code, sep="\n\n")
+        elif tag == "table" and _data_table(el):
+            self.flush()
+            rows = (
+                " | ".join(_flat(c) for c in tr if c.tag in ("td", "th")) for tr in el.iter("tr")
+            )
+            caption = el.find("caption")
+            lines = [_flat(caption)] if caption is not None else []
+            self.emit("\n".join(lines + [r for r in rows if r.strip(" |")]))
+        elif tag == "br":
+            self.inline.append("\n")
+        elif tag == "img" and "math" in (el.get("class") or ""):
+            self.inline.append(el.get("alt") or "")  # a formula drawn as an image: its TeX
+        elif tag in _BLOCKS:
+            self.flush()
+            self.children(el)
+            self.flush("- " if tag == "li" else "")
+        elif tag:
+            self.children(el)
+        if el.tail:
+            self.inline.append(el.tail)
+
+    def children(self, el: Any) -> None:
+        if el.text:
+            self.inline.append(el.text)
+        for child in el:
+            self.element(child)
+
+
+def main_drafts(rel: str, main: Any) -> list[Draft]:
+    """The sections of a page's main element (noise already dropped)."""
+    walk = _Walk(DraftBuilder(rel))
+    walk.children(main)
+    walk.flush()
+    return walk.builder.finish()
