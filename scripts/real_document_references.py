@@ -148,11 +148,13 @@ def docx_reference(path: Path) -> str:
 
 
 _FRONT_MATTER = re.compile(r"\A---\n(.*?)\n---\n", re.S)
+_HEADING_ATTRS = re.compile(r"^(#{1,6} .*?)[ \t]*\{#[^{}]*\}[ \t]*$", re.M)  # markup, not text
 
 
 def markdown_reference(path: Path) -> str:
-    """The file, its front matter block replaced by its title."""
-    text = path.read_text(encoding="utf-8-sig")
+    """The file, its front matter block replaced by its title, heading ``{#id}`` attributes
+    left out."""
+    text = _HEADING_ATTRS.sub(r"\1", path.read_text(encoding="utf-8-sig"))
     found = _FRONT_MATTER.match(text)
     if found is None:
         return text

@@ -220,16 +220,19 @@ def test_bad_inputs_are_skipped_with_file_line_and_reason(
     assert rel in {f.path for f in loaded.files}  # and the file is part of the corpus hash
 
 
-def test_duplicate_ids_keep_the_first_and_name_it(corpus: Path) -> None:
+def test_duplicate_ids_get_a_suffix_and_keep_their_content(corpus: Path) -> None:
     write(corpus, "z.jsonl", jsonl({"id": "note-1", "text": "二番目"}))
     write(corpus, "dup.md", "# A {#same}\n\n本文1\n\n# B {#same}\n\n本文2\n")
     loaded = load_corpus(corpus, ApproxTokenizer())
     reasons = {(s.file, s.line): s.reason for s in loaded.skipped}
     assert reasons == {
-        ("z.jsonl", 1): "duplicate section id 'note-1' (first at notes/maintenance.jsonl:1)",
-        ("dup.md", 5): "duplicate section id 'dup#same' (first at dup.md:1)",
+        ("z.jsonl", 1): "duplicate section id 'note-1' (first at notes/maintenance.jsonl:1): "
+        "kept as 'note-1-2'",
     }
-    assert next(s for s in loaded.sections if s.id == "note-1").text == "点検した。"
+    text = {s.id: s.text for s in loaded.sections}
+    assert text["note-1"] == "点検した。"
+    assert text["note-1-2"] == "二番目"
+    assert (text["dup#same"], text["dup#same-2"]) == ("本文1", "本文2")
 
 
 def test_hidden_files_are_not_corpus(corpus: Path) -> None:

@@ -63,7 +63,7 @@ def ids_and_titles(text: str) -> list[tuple[str, str, int]]:
 
 def test_commonmark_headings_anywhere_become_sections() -> None:
     assert ids_and_titles(VAULT) == [
-        ("vault/pump#_preamble", "", 6),
+        ("vault/pump#_preamble", "Pump room", 6),  # the front matter's title
         ("vault/pump#pump-room", "Pump room", 8),
         ("vault/pump#daily-checks", "Pump room > Daily checks", 13),
         ("vault/pump#quoted", "Pump room > Quoted heading", 18),

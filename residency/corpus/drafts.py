@@ -76,6 +76,11 @@ class DraftBuilder:
         """The text before the first heading starts at `line` (after front matter)."""
         self._line = line
 
+    def title_preamble(self, title: str) -> None:
+        """The document's own title (front matter) titles the text before the first heading."""
+        if not self._path:
+            self._title = title
+
     def heading(
         self, level: int, text: str, line: int, anchor: str | None = None, page: int | None = None
     ) -> None:

@@ -16,11 +16,14 @@ file gives the same ids):
 
 Bad input policy: **index the rest and list what was skipped.** An empty, binary or non-UTF-8
 text file, a file of an unsupported type or whose reader is not installed, an encrypted or
-scanned PDF, a .jsonl line with invalid JSON or missing / invalid fields, and a duplicate section
-id (the later one; the message names the first) each become a `SkippedInput` with file, line and
-reason, shown by `residency index` and kept in the manifest; `residency index --strict` turns any
-of them into an error that writes nothing. A corpus with no section at all is a `CorpusError`.
-Hidden files and directories (name starting with '.') are not part of the corpus.
+scanned PDF, a .jsonl line with invalid JSON or missing / invalid fields, and any exception inside
+one file's reader each become a `SkippedInput` with file, line and reason (the exception's class
+and message), shown by `residency index` and kept in the manifest; `residency index --strict`
+turns any of them into an error that writes nothing. No content is dropped for an id: a section
+whose id another file already gave (``notes.md`` and ``notes.txt``, two .jsonl records) is kept
+as ``<id>-2``, ``-3``, ..., with a note naming the first (a `SkippedInput` too, so `--strict`
+still refuses it and the next build re-reads the file). A corpus with no section at all is a
+`CorpusError`. Hidden files and directories (name starting with '.') are not part of the corpus.
 
 Incremental loading: given the previous build (`PreviousCorpus`), a file whose sha256 and reader
 version are unchanged is not parsed again: its sections (and their token counts, when counted the
@@ -34,6 +37,7 @@ streamed line by line (`residency.corpus.text_files`), other formats are read on
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -268,6 +272,12 @@ class CorpusStream:
                     refused = refused or f"section {draft.id!r} is too long to index"
                     draft_skips.append(SkippedInput(file=rel, line=draft.line, reason=refused))
                     continue
+                if draft.id in self._seen:
+                    kept_as = self._free_id(draft.id)
+                    note = f"{_DUPLICATE}{draft.id!r} (first at {self._seen[draft.id]}): "
+                    note += f"kept as {kept_as!r}"
+                    draft_skips.append(SkippedInput(file=rel, line=draft.line, reason=note))
+                    draft = dataclasses.replace(draft, id=kept_as)
                 self._seen[draft.id] = f"{rel}:{draft.line}"
                 self._pending.append((rel, draft, count))
                 kept += 1
@@ -291,9 +301,14 @@ class CorpusStream:
                 f"the file), over the {MAX_SECTION_CHARS:,} one section may hold: give it "
                 "headings (Markdown) or blank lines (.txt) to split it"
             )
-        if draft.id in self._seen:
-            return f"{_DUPLICATE}{draft.id!r} (first at {self._seen[draft.id]})"
         return None
+
+    def _free_id(self, taken: str) -> str:
+        """`taken` with the smallest -N suffix no section has yet."""
+        n = 2
+        while f"{taken}-{n}" in self._seen:
+            n += 1
+        return f"{taken}-{n}"
 
     def _flush(self) -> Iterator[Section]:
         """The pending drafts as sections: token counts for those without one, in one batch."""

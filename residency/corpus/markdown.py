@@ -10,7 +10,11 @@ an explicit pandoc ``{#anchor}`` (or the HTML heading's ``id``), else the slug o
 
 YAML front matter (``---`` first line ... ``---``) is not text: its ``date`` (YYYY-MM-DD) and
 ``tags`` (a list or one string) apply to every section of the file; a front matter that is not
-valid YAML is reported as a skipped input and the rest of the file is indexed.
+valid YAML is reported as a skipped input and the rest of the file is indexed. Its ``title`` is
+the title of the text before the first heading (id ``#_preamble`` as before, so ids stay
+stable). A MultiMarkdown / Pelican metadata block (``Title: ...`` and other ``key: value`` lines
+first in the file, ended by a blank line) is read the same way when it has a title: metadata,
+never text of a section.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ _ATTRS = re.compile(r"[ \t]*\{([^{}]*)\}$")
 _HTML_HEADING = re.compile(r"^\s*<h([1-6])(\s[^>]*)?>(.*?)</h\1>\s*$", re.IGNORECASE | re.DOTALL)
 _HTML_ID = re.compile(r"""\bid\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.IGNORECASE)
 _TAG = re.compile(r"<[^>]+>")
+_META_LINE = re.compile(r"^([A-Za-z][\w -]{0,40}):[ \t]*(.*)$")
 
 
 @lru_cache(maxsize=1)
@@ -70,11 +75,31 @@ def _html_heading(block: str) -> tuple[int, str, str | None] | None:
     return int(match.group(1)), text, anchor or None
 
 
-_FrontMatter = tuple[dt.date | None, tuple[str, ...], SkippedInput | None]
+def metadata_block(lines: list[str]) -> tuple[int, str | None]:
+    """(lines, title) of a MultiMarkdown / Pelican metadata block opening the file: ``key:
+    value`` lines up to a blank line, one of them ``title``; (0, None) when there is none.
+
+    >>> metadata_block(["Title: Lamp care", "Date: 2024-05-01", "", "Text"])
+    (2, 'Lamp care')
+    """
+    title = None
+    n = 0
+    while n < len(lines) and lines[n].strip():
+        found = _META_LINE.match(lines[n])
+        if found is None:
+            if n == 0 or not lines[n][:1].isspace():  # an indented line continues a value
+                return 0, None
+        elif found.group(1).strip().lower() == "title":
+            title = found.group(2).strip()
+        n += 1
+    return (n, title) if title else (0, None)
+
+
+_FrontMatter = tuple[dt.date | None, tuple[str, ...], SkippedInput | None, str | None]
 
 
 def _front_matter(rel: str, raw: str) -> _FrontMatter:
-    """(date, tags, problem) from a YAML front matter block."""
+    """(date, tags, problem, title) from a YAML front matter block."""
     import yaml
 
     try:
@@ -82,9 +107,11 @@ def _front_matter(rel: str, raw: str) -> _FrontMatter:
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         reason = f"front matter: invalid YAML ({first}); indexed without it"
-        return None, (), SkippedInput(file=rel, line=1, reason=reason)
+        return None, (), SkippedInput(file=rel, line=1, reason=reason), None
     if not isinstance(meta, dict):
-        return None, (), None
+        return None, (), None, None
+    raw_title = meta.get("title")
+    title = " ".join(str(raw_title).split()) if raw_title not in (None, "") else None
     day: dt.date | None = None
     raw_date = meta.get("date")
     if isinstance(raw_date, dt.datetime):
@@ -96,8 +123,9 @@ def _front_matter(rel: str, raw: str) -> _FrontMatter:
             day = dt.date.fromisoformat(raw_date.strip())
         except ValueError:
             reason = f"front matter: date {raw_date!r} is not YYYY-MM-DD; indexed without a date"
-            return None, _tags(meta.get("tags")), SkippedInput(file=rel, line=1, reason=reason)
-    return day, _tags(meta.get("tags")), None
+            problem = SkippedInput(file=rel, line=1, reason=reason)
+            return None, _tags(meta.get("tags")), problem, title
+    return day, _tags(meta.get("tags")), None, title
 
 
 def _tags(raw: object) -> tuple[str, ...]:
@@ -113,16 +141,23 @@ def parse_markdown(
 ) -> tuple[list[Draft], list[SkippedInput]]:
     """Sections of one markdown file (`stem` = relpath without .md), and front matter problems."""
     lines = text.splitlines()
-    tokens = _parser().parse(text)
     builder = DraftBuilder(stem)
     skipped: list[SkippedInput] = []
     body_from = 0  # first source line (0-based) of the current section's body
+    meta_lines, title = metadata_block(lines)
+    if title is not None:  # blanked, so CommonMark's line numbers stay the file's
+        text = "\n" * meta_lines + "\n".join(lines[meta_lines:])
+        body_from = meta_lines
+        builder.title_preamble(title)
+    tokens = _parser().parse(text)
     for i, token in enumerate(tokens):
         heading: tuple[int, str, str | None] | None = None
         if token.type == "front_matter" and token.map is not None and token.map[0] == 0:
-            builder.date, builder.tags, problem = _front_matter(rel or stem, token.content)
+            builder.date, builder.tags, problem, title = _front_matter(rel or stem, token.content)
             skipped += [problem] if problem else []
             body_from = token.map[1]
+            if title is not None:
+                builder.title_preamble(title)
             builder.begin_at(body_from + 1)
             continue
         if token.type == "heading_open":
