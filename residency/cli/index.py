@@ -286,9 +286,9 @@ def render(manifest: IndexManifest, output: Path, console: Console) -> None:
             "pass --tokenizer-dir or --server for the model's own counts"
         )
     if manifest.skipped:
-        skipped = Table(title="Skipped inputs (not indexed)", title_justify="left")
-        skipped.add_column("where", no_wrap=True)
-        skipped.add_column("reason")
+        # One line each, never cut to the terminal's width (a pipe or a log keeps it whole).
+        console.print(f"[bold]Skipped inputs[/] ({len(manifest.skipped):,}, not indexed):")
         for s in manifest.skipped:
-            skipped.add_row(escape(s.location()), escape(s.reason))
-        console.print(skipped)
+            console.print(
+                f"  {escape(s.location())}: {escape(s.reason)}", soft_wrap=True, highlight=False
+            )

@@ -104,7 +104,7 @@ def _front_matter(rel: str, raw: str) -> _FrontMatter:
 
     try:
         meta: Any = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: 'date: 2024-13-45'
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         reason = f"front matter: invalid YAML ({first}); indexed without it"
         return None, (), SkippedInput(file=rel, line=1, reason=reason), None
@@ -148,6 +148,9 @@ def parse_markdown(
     if title is not None:  # blanked, so CommonMark's line numbers stay the file's
         text = "\n" * meta_lines + "\n".join(lines[meta_lines:])
         body_from = meta_lines
+        while body_from < len(lines) and not lines[body_from].strip():
+            body_from += 1
+        builder.begin_at(body_from + 1)
         builder.title_preamble(title)
     tokens = _parser().parse(text)
     for i, token in enumerate(tokens):
