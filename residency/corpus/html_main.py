@@ -38,15 +38,8 @@ _NOISE_TAGS = [
     "textarea",
     "dialog",
 ]
-_NOISE_XPATH = " | ".join(
-    [f"//{tag}" for tag in _NOISE_TAGS]
-    + [
-        "//*[@role='navigation' or @role='complementary' or @role='search']",
-        "//*[@hidden] | //*[@aria-hidden='true'][not(self::img)]",
-        "//*[contains(translate(@style, ' ', ''), 'display:none')]",
-        "//*[@id='toc']",
-    ]
-)
+_NOISE_TAG_SET = frozenset(_NOISE_TAGS)
+_NOISE_ROLES = frozenset(("navigation", "complementary", "search"))
 # Class / id words of blocks that are not the page's main text.
 _NOISE_NAMES = re.compile(
     r"(?:^|[\s_-])(?:mw-editsection|headerlink|toc|navbox|share|sharing|social|related|promo|"
@@ -116,17 +109,33 @@ def main_element(tree: Any) -> Any | None:
     return None
 
 
+def _is_noise(el: Any) -> bool:
+    tag = el.tag
+    if not isinstance(tag, str):
+        return False
+    if tag in _NOISE_TAG_SET:
+        return True
+    get = el.get
+    if get("role") in _NOISE_ROLES or get("hidden") is not None:
+        return True
+    if get("aria-hidden") == "true" and tag != "img":  # a formula's image stays
+        return True
+    style = get("style")
+    if style and "display:none" in style.replace(" ", "").lower():
+        return True
+    names = f"{get('class') or ''} {get('id') or ''}"
+    return bool(names.strip()) and _NOISE_NAMES.search(names) is not None
+
+
 def drop_noise(root: Any) -> None:
-    """Remove from `root` what is never main text (see the module docstring)."""
-    for el in root.xpath(_NOISE_XPATH):
-        if el.getparent() is not None:
+    """Remove from `root` what is never main text (see the module docstring), in one pass."""
+    stack = list(root)
+    while stack:
+        el = stack.pop()
+        if _is_noise(el):
             el.drop_tree()
-    for el in list(root.iter()):
-        if not isinstance(el.tag, str) or el.getparent() is None:
-            continue
-        names = f"{el.get('class') or ''} {el.get('id') or ''}"
-        if names.strip() and _NOISE_NAMES.search(names):
-            el.drop_tree()
+        else:
+            stack.extend(el)
 
 
 def _data_table(el: Any) -> bool:
