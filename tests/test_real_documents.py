@@ -1,0 +1,104 @@
+"""The real-document benchmark (tests/real_documents/): its manifest is complete, and the readers
+meet issue #40's targets per format on files nobody wrote them against.
+
+`TARGETS` is the one table of thresholds; `ENFORCED` names the formats held to it. The PDF and
+DOCX readers are being improved separately: their figures are reported (the skip reason shows
+them under ``pytest -rs``) until they are added to `ENFORCED`.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from residency.eval.extraction import FileFigures, Totals, bad_characters, matched_headings, words
+from residency.eval.extraction_report import by_format, measure_documents, render
+from residency.eval.real_documents import FORMATS, load_manifest
+
+FOLDER = Path(__file__).resolve().parent / "real_documents"
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """What one format must reach on the benchmark."""
+
+    words_kept: float = 0.97
+    heading_recall: float = 0.90
+    heading_precision: float = 0.90
+    bad_chars: int = 0
+
+
+TARGETS = Targets()
+ENFORCED = frozenset({"html", "markdown", "text"})  # + "pdf", "docx" when their readers land
+
+
+@pytest.fixture(scope="module")
+def figures() -> list[FileFigures]:
+    return measure_documents(FOLDER)
+
+
+def test_the_manifest_is_complete() -> None:
+    manifest = load_manifest(FOLDER)
+    files = manifest.files
+    assert len(files) >= 60
+    assert len({f.source_repo for f in files}) >= 8
+    assert sum(f.language == "ja" for f in files) >= 10
+    assert {f.format for f in files} == set(FORMATS)
+    assert len({f.path for f in files}) == len(files)
+    for f in files:
+        assert (FOLDER / f.path).is_file(), f.path
+        assert (FOLDER / f.reference).is_file(), f.reference
+        assert f.expect == "indexed" or not f.headings, f.path
+    total = sum(p.stat().st_size for p in FOLDER.rglob("*") if p.is_file())
+    assert total < 25 * 2**20
+
+
+def test_the_metrics_on_a_worked_example() -> None:
+    assert words("Foo bar bar") - words("bar foo baz") == words("bar")
+    expected = ["1 Introduction", "Variance Analysis:", "Gone"]
+    assert matched_headings(expected, ["introduction", "Variance analysis", "Extra"]) == 2
+    assert bad_characters("Prae\ufffesent\x04 ok\n\t") == 2
+
+
+def format_line(fmt: str, t: Totals) -> str:
+    return (
+        f"{fmt}: {t.files} files, words kept {t.words_kept:.3f}, headings recall "
+        f"{t.heading_recall:.3f} ({t.headings_matched}/{t.headings_expected}), precision "
+        f"{t.heading_precision:.3f} ({t.headings_matched}/{t.headings_found}), bad chars "
+        f"{t.bad_chars}, not read as expected {t.unexpected}"
+    )
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_format_meets_the_targets(fmt: str, figures: list[FileFigures]) -> None:
+    t = by_format(figures)[fmt]
+    line = format_line(fmt, t)
+    if fmt not in ENFORCED:
+        pytest.skip(f"reported, not enforced yet: {line}")
+    assert t.words_kept >= TARGETS.words_kept, line
+    assert t.heading_recall >= TARGETS.heading_recall, line
+    assert t.heading_precision >= TARGETS.heading_precision, line
+    assert t.bad_chars <= TARGETS.bad_chars, line
+    assert t.unexpected == 0, [f.path for f in figures if f.format == fmt and not f.as_expected]
+
+
+def test_no_file_aborts_the_run_and_every_unread_file_has_a_reason(
+    figures: list[FileFigures],
+) -> None:
+    for f in figures:
+        assert f.sections > 0 or f.skipped, f"{f.path}: neither indexed nor skipped by name"
+        assert all(reason.strip() for reason in f.skipped), f.path
+
+
+def test_the_report_names_the_worst_three_files(figures: list[FileFigures]) -> None:
+    out = io.StringIO()
+    render(figures, Console(file=out, width=200))
+    text = out.getvalue()
+    assert "per format" in text
+    assert "per file" in text
+    worst = [line for line in text.splitlines() if line.startswith("worst: ")]
+    assert len(worst) == 3
