@@ -53,7 +53,7 @@ def jsquad_docs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """JSQuAD v1.3 valid imported as a corpus (read in place, written to a temp dir)."""
     out = tmp_path_factory.mktemp("jsquad") / "corpus"
     import_squad(JSQUAD, out)
-    return out / "docs"
+    return out
 
 
 @needs_sample

@@ -176,10 +176,10 @@ def test_import_squad_cli_refuses_a_non_empty_outdir(tmp_path: Path) -> None:
 def test_jsquad_import_index_eval_end_to_end_bm25(tmp_path: Path) -> None:
     out = tmp_path / "jsquad"
     assert run_cli("corpus", "import-squad", str(JSQUAD), str(out)).returncode == 0
-    built = run_cli("index", str(out / "docs"), "-o", str(tmp_path / "idx"), "--no-dense")
+    built = run_cli("index", str(out), "-o", str(tmp_path / "idx"), "--no-dense")
     assert built.returncode == 0, built.stderr
     ev = run_cli("eval", "retrieval", "--index", str(tmp_path / "idx"),
-                 "--questions", str(out / "qa.jsonl"), "--json")  # fmt: skip
+                 "--questions", str(tmp_path / "jsquad.qa.jsonl"), "--json")  # fmt: skip
     assert ev.returncode == 0, ev.stderr
     report = json.loads(ev.stdout)
     assert report["evaluated"] == 4442

@@ -88,16 +88,18 @@ def test_import_writes_a_corpus_and_questions(squad_file: Path, tmp_path: Path) 
         2,
         1,
     )
-    assert sorted(p.name for p in (out / "docs").iterdir()) == [
+    assert sorted(p.name for p in out.iterdir()) == [  # the corpus, nothing else
         "google-検索.jsonl",
         "梅雨-2.jsonl",
         "梅雨.jsonl",
     ]
-    assert read_jsonl(out / "docs/梅雨.jsonl") == [
+    assert read_jsonl(out / "梅雨.jsonl") == [
         {"id": "梅雨-p1", "title": "梅雨", "text": "梅雨は雨季の一種である。"},
         {"id": "梅雨-p2", "title": "梅雨", "text": "5月から7月にかけて雨が多い。"},
     ]
-    assert read_jsonl(out / "qa.jsonl") == [
+    beside = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("out"))
+    assert beside == ["out", "out.import.json", "out.qa.jsonl"]
+    assert read_jsonl(tmp_path / "out.qa.jsonl") == [
         {
             "id": "q1",
             "query": "梅雨とは何季の一種か?",
@@ -107,11 +109,11 @@ def test_import_writes_a_corpus_and_questions(squad_file: Path, tmp_path: Path) 
         },
         {"id": "q2", "query": "何か?", "relevant_ids": [], "type": "unknown", "answer": ""},
     ]
-    provenance = json.loads((out / "import.json").read_text())
+    provenance = json.loads((tmp_path / "out.import.json").read_text())
     assert provenance["source_file"] == str(squad_file.resolve())
     assert len(provenance["source_sha256"]) == 64
     # the written corpus loads cleanly, with the ids the questions point at
-    corpus = load_corpus(out / "docs", ApproxTokenizer())
+    corpus = load_corpus(out, ApproxTokenizer())
     assert corpus.skipped == ()
     assert {s.id for s in corpus.sections} >= {"梅雨-p1", "梅雨-2-p1", "google-検索-p1"}
 
@@ -125,8 +127,19 @@ def test_a_non_empty_outdir_is_refused_unless_forced(squad_file: Path, tmp_path:
     assert (out / "keep.txt").read_text() == "mine"
     import_squad(squad_file, out, force=True)
     assert not (out / "keep.txt").exists()  # replaced whole
-    assert (out / "qa.jsonl").is_file()
+    assert (tmp_path / "out.qa.jsonl").is_file()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_questions_beside_the_corpus_are_not_replaced_unless_forced(
+    squad_file: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "out.qa.jsonl").write_text("mine\n")
+    with pytest.raises(ConfigError, match=r"out\.qa\.jsonl exists; pass --force"):
+        import_squad(squad_file, tmp_path / "out")
+    assert (tmp_path / "out.qa.jsonl").read_text() == "mine\n"
+    import_squad(squad_file, tmp_path / "out", force=True)
+    assert len(read_jsonl(tmp_path / "out.qa.jsonl")) == 2
 
 
 def test_an_empty_outdir_is_used(squad_file: Path, tmp_path: Path) -> None:
@@ -156,8 +169,8 @@ def test_bad_squad_files_name_the_file(tmp_path: Path, content: str, fragment: s
 def test_jsquad_valid_imports_whole(tmp_path: Path) -> None:
     report = import_squad(JSQUAD, tmp_path / "jsquad")
     assert (report.articles, report.paragraphs, report.questions) == (59, 1145, 4442)
-    first = read_jsonl(tmp_path / "jsquad/qa.jsonl")[0]
+    first = read_jsonl(tmp_path / "jsquad.qa.jsonl")[0]
     assert first["relevant_ids"] == ["梅雨-p1"]
     assert first["answer"] == "小笠原諸島"
-    paragraph = read_jsonl(tmp_path / "jsquad/docs/梅雨.jsonl")[0]
+    paragraph = read_jsonl(tmp_path / "jsquad/梅雨.jsonl")[0]
     assert str(paragraph["text"]).startswith("梅雨（つゆ、ばいう）は、")

@@ -28,6 +28,7 @@ from vllm_server import REPO_ROOT
 
 pytest.importorskip("qdrant_client", reason="pip install 'residency[qdrant]'")
 
+from residency.corpus.squad import questions_file
 from residency.errors import BackendError, ConfigError
 from residency.eval.coverage_runs import squad_corpus
 from residency.eval.questions import load_questions
@@ -457,7 +458,7 @@ def test_jsquad_recall_and_mrr_through_qdrant_equal_in_process(
     docs = JSQUAD_HALF / "docs"
     docs.mkdir(parents=True, exist_ok=True)
     ids: set[str] = set()
-    for article in sorted((corpus / "docs").glob("*.jsonl"))[::4]:
+    for article in sorted(corpus.glob("*.jsonl"))[::4]:
         text = article.read_text("utf-8")
         ids.update(json.loads(line)["id"] for line in text.splitlines() if line.strip())
         copy = docs / article.name
@@ -465,7 +466,7 @@ def test_jsquad_recall_and_mrr_through_qdrant_equal_in_process(
             copy.write_text(text, "utf-8")
     index_dir = JSQUAD_HALF / "index"
     build_index(docs, index_dir, IndexOptions(), ApproxTokenizer())
-    answerable = [q for q in load_questions(corpus / "qa.jsonl") if set(q.relevant_ids) <= ids]
+    answerable = [q for q in load_questions(questions_file(corpus)) if set(q.relevant_ids) <= ids]
     questions = answerable[::JSQUAD_STRIDE]
     qa = tmp_path / "qa.jsonl"
     qa.write_text("\n".join(q.model_dump_json() for q in questions) + "\n", encoding="utf-8")

@@ -25,6 +25,7 @@ from router_server import RouterProcess
 from vllm_pool import ServerSpec, VllmServerPool
 from vllm_server import REPO_ROOT, VllmServer
 
+from residency.corpus.squad import questions_file
 from residency.eval.coverage_runs import squad_corpus
 from residency.index import IndexOptions, build_index, open_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
@@ -519,7 +520,7 @@ def test_jsquad_questions_whose_paragraph_is_not_resident_get_it_retrieved(
     corpus = squad_corpus(JSQUAD, REPO_ROOT / ".cache" / "coverage")
     index_dir = tmp_path / "index"
     build_index(
-        corpus / "docs", index_dir, IndexOptions(dense=False),
+        corpus, index_dir, IndexOptions(dense=False),
         LocalTokenizer(tiny_tokenizer_dir), None,
     )  # fmt: skip
     # A small resident budget (~6K tokens) leaves most paragraphs to retrieval.
@@ -529,7 +530,8 @@ def test_jsquad_questions_whose_paragraph_is_not_resident_get_it_retrieved(
     )  # fmt: skip
     plan = read_plan(plan_path)
     resident = {i.section_id for i in plan.resident}
-    questions = [json.loads(x) for x in (corpus / "qa.jsonl").read_text("utf-8").splitlines()]
+    qa_text = questions_file(corpus).read_text("utf-8")
+    questions = [json.loads(x) for x in qa_text.splitlines()]
     tail = [q for q in questions if not set(q["relevant_ids"]) & resident][:30]
     assert len(tail) == 30
     proc = RouterProcess(plan_path, [vllm_dense_server.base_url], tmp_path, ROUTER_ARGS)

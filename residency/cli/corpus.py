@@ -26,7 +26,8 @@ class ImportSquadArgs(BaseModel):
         description="SQuAD-format JSON, e.g. JSQuAD valid-v1.3.json."
     )
     outdir: Annotated[Path, Flag(argument=True)] = Field(
-        description="Writes OUTDIR/docs/*.jsonl and OUTDIR/qa.jsonl."
+        description="The corpus directory it writes (OUTDIR/*.jsonl); the questions and the "
+        "provenance go beside it (OUTDIR.qa.jsonl, OUTDIR.import.json)."
     )
     force: bool = Field(default=False, description="Replace OUTDIR even when it is not empty.")
     json_output: Annotated[bool, Flag("--json")] = Field(
@@ -49,18 +50,19 @@ class SamplesArgs(BaseModel):
 def import_squad(args: ImportSquadArgs) -> None:
     """Turn a SQuAD-style file into a corpus (a section per paragraph) and a questions file."""
     from residency.corpus.squad import import_squad as run_import
+    from residency.corpus.squad import questions_file
 
     outdir, json = args.outdir, args.json_output
     report = run_import(args.file, outdir, force=args.force)
     if json:
         typer.echo(orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
         return
-    qa = escape(str(outdir / "qa.jsonl"))
+    qa = escape(str(questions_file(outdir)))
     Console().print(
         f"{report.articles} articles, {report.paragraphs} paragraphs → "
-        f"{escape(str(outdir / 'docs'))}/; {report.questions} questions "
+        f"{escape(str(outdir))}/; {report.questions} questions "
         f"({report.unanswerable} without an answer) → {qa}\n"
-        f"next: residency index {escape(str(outdir / 'docs'))} -o INDEX_DIR, then "
+        f"next: residency index {escape(str(outdir))} -o INDEX_DIR, then "
         f"residency eval retrieval --index INDEX_DIR --questions {qa}",
         highlight=False,
     )

@@ -1,15 +1,17 @@
-"""SQuAD-style JSON (e.g. JSQuAD) into a corpus directory and a questions file.
+"""SQuAD-style JSON (e.g. JSQuAD) into a corpus directory and a questions file beside it.
 
-Output (written into a temp dir and swapped in whole)::
+Output: the corpus directory holds the corpus and nothing else (written into a temp dir and
+swapped in whole), so indexing it reads no question as a broken record; the questions and the
+provenance sit beside it, named after it::
 
-    OUTDIR/docs/<article-slug>.jsonl   one section per paragraph: id '<slug>-p<N>', title, text
-    OUTDIR/qa.jsonl                    id, query, relevant_ids [gold paragraph], type, answer
-    OUTDIR/import.json                 provenance: source file and hash, counts
+    OUTDIR/<article-slug>.jsonl   one section per paragraph: id '<slug>-p<N>', title, text
+    OUTDIR.qa.jsonl               id, query, relevant_ids [gold paragraph], type, answer
+    OUTDIR.import.json            provenance: source file and hash, counts
 
 JSQuAD contexts read "title [SEP] text": the title goes to the record's ``title`` and only the
 text to ``text``. A question without answers (``is_impossible``) gets type "unknown" and no
-relevant ids; answerable ones get type "squad". Index ``OUTDIR/docs``, evaluate with
-``OUTDIR/qa.jsonl``.
+relevant ids; answerable ones get type "squad". Index ``OUTDIR``, evaluate with
+``OUTDIR.qa.jsonl``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from residency.atomic import atomic_directory
+from residency.atomic import atomic_directory, write_bytes_atomic
 from residency.corpus.loader import slugify
 from residency.errors import ConfigError, CorpusError
 
@@ -74,17 +76,27 @@ class SquadFile(BaseModel):
 
 
 class SquadImportReport(BaseModel):
-    """What an import wrote (also OUTDIR/import.json)."""
+    """What an import wrote (also OUTDIR.import.json)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     source_file: str = Field(min_length=1, max_length=4096, description="The SQuAD file read.")
     source_sha256: str = Field(min_length=64, max_length=64, description="Its sha256.")
     out_dir: str = Field(min_length=1, max_length=4096, description="Corpus written here.")
-    articles: int = Field(ge=1, description="Articles (= .jsonl files under docs/).")
+    articles: int = Field(ge=1, description="Articles (= .jsonl files in the corpus).")
     paragraphs: int = Field(ge=1, description="Paragraphs (= sections).")
-    questions: int = Field(ge=0, description="Lines of qa.jsonl.")
+    questions: int = Field(ge=0, description="Lines of OUTDIR.qa.jsonl.")
     unanswerable: int = Field(ge=0, description="Questions without an answer (type unknown).")
+
+
+def questions_file(corpus_dir: Path) -> Path:
+    """Where an import puts the questions of `corpus_dir`: beside it, ``<name>.qa.jsonl``."""
+    return corpus_dir.with_name(corpus_dir.name + ".qa.jsonl")
+
+
+def provenance_file(corpus_dir: Path) -> Path:
+    """Where an import records what it read: beside the corpus, ``<name>.import.json``."""
+    return corpus_dir.with_name(corpus_dir.name + ".import.json")
 
 
 def split_context(context: str, title: str) -> str:
@@ -136,13 +148,16 @@ def import_squad(source: Path, out_dir: Path, *, force: bool = False) -> SquadIm
         raise ConfigError(f"OUTDIR {out_dir} is a file; pass a directory")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise ConfigError(f"OUTDIR {out_dir} exists and is not empty; pass --force to replace it")
+    qa_file, provenance = questions_file(out_dir), provenance_file(out_dir)
+    for beside in (qa_file, provenance):
+        if beside.exists() and not force:
+            raise ConfigError(f"{beside} exists; pass --force to replace it")
     squad = read_squad(source)
     slugs = _slugs([a.title for a in squad.data])
     paragraphs = questions = unanswerable = 0
     qa_lines: list[bytes] = []
     with atomic_directory(out_dir) as tmp:
-        docs = tmp / "docs"
-        docs.mkdir()
+        docs = tmp
         for article, slug in zip(squad.data, slugs, strict=True):
             lines = []
             for n, para in enumerate(article.paragraphs, start=1):
@@ -167,7 +182,6 @@ def import_squad(source: Path, out_dir: Path, *, force: bool = False) -> SquadIm
                 (docs / f"{slug}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
         if paragraphs == 0:
             raise CorpusError(f"SQuAD file {source} has no paragraphs")
-        (tmp / "qa.jsonl").write_bytes(b"".join(line + b"\n" for line in qa_lines))
         report = SquadImportReport(
             source_file=str(source.resolve()),
             source_sha256=hashlib.sha256(source.read_bytes()).hexdigest(),
@@ -177,6 +191,7 @@ def import_squad(source: Path, out_dir: Path, *, force: bool = False) -> SquadIm
             questions=questions,
             unanswerable=unanswerable,
         )
-        payload = orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
-        (tmp / "import.json").write_bytes(payload)
+    write_bytes_atomic(qa_file, b"".join(line + b"\n" for line in qa_lines))
+    payload = orjson.dumps(report.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+    write_bytes_atomic(provenance, payload)  # last: its presence means a complete import
     return report

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from planner import Reserves
 from planner.budget import compute_resident_budget
-from residency.corpus.squad import import_squad
+from residency.corpus.squad import import_squad, provenance_file, questions_file
 from residency.errors import ConfigError
 from residency.eval.coverage import (
     RAG_BASELINE_KS,
@@ -204,12 +204,13 @@ def simulation_capacity(budget_tokens: int) -> CapacitySnapshot:
 
 
 def squad_corpus(squad_file: Path, cache_dir: Path) -> Path:
-    """The imported corpus of `squad_file` (docs/ and qa.jsonl), imported once per content."""
+    """The imported corpus of `squad_file` (its questions beside it), imported once per
+    content."""
     if not squad_file.is_file():
         raise ConfigError(f"--squad {squad_file}: no such file")
     digest = hashlib.sha256(squad_file.read_bytes()).hexdigest()[:16]
-    out = cache_dir / f"squad-{digest}" / "corpus"
-    if not (out / "import.json").is_file():
+    out = cache_dir / f"squad2-{digest}" / "corpus"  # 2: questions beside the corpus
+    if not provenance_file(out).is_file():
         import_squad(squad_file, out, force=True)
     return out
 
@@ -247,9 +248,9 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
     default_dir = corpus.parent / ("index-dense" if job.dense else "index-bm25")
     index_dir = job.index_dir or default_dir
     index, reused = squad_index(
-        corpus / "docs", index_dir, job.dense, LocalTokenizer(tokenizer_dir), progress
+        corpus, index_dir, job.dense, LocalTokenizer(tokenizer_dir), progress
     )
-    traffic = simulate_traffic(load_questions(corpus / "qa.jsonl"), job.traffic)
+    traffic = simulate_traffic(load_questions(questions_file(corpus)), job.traffic)
     progress.start("attributing the log", 1)
     mass = log_mass(index, traffic.log, job.depth)
     progress.advance(1)

@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
+from residency.corpus.squad import questions_file
 from residency.errors import ConfigError, CorpusError
 from residency.eval.coverage_runs import squad_corpus, squad_index
 from residency.eval.defaults import COVERAGE_CACHE, DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
@@ -185,14 +186,14 @@ def _squad_questions(
     corpus = squad_corpus(job.squad_file, job.cache_dir)
     tokenizer_dir = ensure_tokenizer(DATA_ROOT, CACHE_DIR / "tiny-models")
     index, reused = squad_index(
-        corpus / "docs",
+        corpus,
         corpus.parent / "index-bm25",
         False,
         LocalTokenizer(tokenizer_dir),
         progress,
     )
     note = f"index {'reused' if reused else 'built'}: {index.directory} (BM25-only)"
-    return index, load_questions(corpus / "qa.jsonl"), note
+    return index, load_questions(questions_file(corpus)), note
 
 
 def _set_questions(job: PruneEvalJob, progress: BuildProgress) -> tuple[Index, list[Question], str]:
