@@ -18,8 +18,7 @@ import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
-
-from pytest_benchmark.fixture import BenchmarkFixture
+from typing import Any
 
 from residency.corpus.loader import load_corpus
 from residency.index import IndexOptions, build_index
@@ -50,9 +49,7 @@ def _build_s(corpus: Path, out: Path) -> float:
     return time.perf_counter() - started
 
 
-def test_index_real_documents_within_twice_plain_text(
-    benchmark: BenchmarkFixture, tmp_path: Path
-) -> None:
+def test_index_real_documents_within_twice_plain_text(benchmark: Any, tmp_path: Path) -> None:
     enforced = tmp_path / "enforced"
     for folder in ENFORCED:
         shutil.copytree(DOCUMENTS / folder, enforced / folder)

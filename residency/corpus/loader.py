@@ -318,8 +318,8 @@ class CorpusStream:
                 if len(self._pending) >= self._batch:
                     yield from self._flush()
         except OSError as exc:  # gone or unreadable since it was scanned
-            unread = _reason(f"cannot read: {exc}")
-            draft_skips.append(SkippedInput(file=rel, line=0, reason=unread))
+            gone = _reason(f"cannot read: {exc}")
+            draft_skips.append(SkippedInput(file=rel, line=0, reason=gone))
         except Exception as exc:  # a streaming reader failing part-way: the rest is kept
             failed = _reason(f"reader failed: {type(exc).__name__}: {exc}")
             draft_skips.append(SkippedInput(file=rel, line=0, reason=failed))

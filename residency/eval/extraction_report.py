@@ -49,7 +49,7 @@ def measure_documents(folder: Path) -> list[FileFigures]:
 
 def by_format(figures: list[FileFigures]) -> dict[str, Totals]:
     """Totals per format, then 'all'."""
-    out = {fmt: totals(f for f in figures if f.format == fmt) for fmt in FORMATS}
+    out: dict[str, Totals] = {fmt: totals(f for f in figures if f.format == fmt) for fmt in FORMATS}
     out["all"] = totals(figures)
     return out
 
