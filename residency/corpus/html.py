@@ -22,6 +22,7 @@ from residency.corpus.html_main import (
     heading_anchor,
     main_drafts,
     main_element,
+    page_title,
 )
 from residency.corpus.model import SkippedInput
 
@@ -92,20 +93,52 @@ def read_html(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
     """Sections of one HTML page's main content (`Draft.line` is the block's number)."""
     import lxml.etree
     import lxml.html
-    import trafilatura
 
     try:
         tree = lxml.html.document_fromstring(data)
     except (lxml.etree.ParserError, ValueError) as exc:
         return [], [SkippedInput(file=rel, line=0, reason=f"cannot parse HTML ({exc})")]
     main = main_element(tree)
+    marked: list[Draft] = []
     if main is not None:
+        title = page_title(tree, main)
         drop_noise(main)
-        drafts = main_drafts(rel, main)
-        if not drafts:
-            reason = "no text in the page's main element (filled in by JavaScript?)"
-            return [], [SkippedInput(file=rel, line=0, reason=reason)]
+        marked = main_drafts(rel, main, title)
+        # An empty main element is a page filled in by JavaScript; one holding little of the
+        # page's text (a banner marked <main>) is checked against trafilatura's guess, and the
+        # longer reading wins.
+        if not marked or _chars(marked) >= _SMALL_MAIN * _page_chars(tree):
+            return _or_skipped(rel, marked, "no text in the page's main element")
+    guessed, skipped = _trafilatura_drafts(rel, tree)
+    if _chars(marked) >= _chars(guessed):
+        return _or_skipped(rel, marked, "no text in the page's main element")
+    return guessed, skipped
+
+
+_SMALL_MAIN = 0.25  # share of the body's characters under which a main element is doubted
+
+
+def _page_chars(tree: Any) -> int:
+    """Characters of the page's visible text (scripts and styles left out)."""
+    texts = tree.xpath("//body//text()[not(ancestor::script) and not(ancestor::style)]")
+    return sum(len(t.strip()) for t in texts)
+
+
+def _chars(drafts: list[Draft]) -> int:
+    return sum(len(d.text) for d in drafts)
+
+
+def _or_skipped(rel: str, drafts: list[Draft], why: str) -> tuple[list[Draft], list[SkippedInput]]:
+    if drafts:
         return drafts, []
+    return [], [SkippedInput(file=rel, line=0, reason=f"{why} (filled in by JavaScript?)")]
+
+
+def _trafilatura_drafts(rel: str, tree: Any) -> tuple[list[Draft], list[SkippedInput]]:
+    """Sections of trafilatura's guess at the page's main content."""
+    import lxml.etree
+    import trafilatura
+
     for link in tree.xpath('//a[contains(concat(" ", @class, " "), " headerlink ")]'):
         link.drop_tree()
     ids = _heading_ids(tree)

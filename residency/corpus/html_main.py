@@ -100,13 +100,39 @@ def _flat(el: Any) -> str:
     return " ".join("".join(el.itertext()).split())
 
 
+def _common_ancestor(elements: list[Any]) -> Any:
+    """The deepest element holding all of `elements`."""
+    paths = [[*reversed(list(el.iterancestors())), el] for el in elements]
+    common = paths[0][0]
+    for nodes in zip(*paths, strict=False):
+        if any(node is not nodes[0] for node in nodes):
+            break
+        common = nodes[0]
+    return common
+
+
 def main_element(tree: Any) -> Any | None:
-    """The element the page names as its main content (the longest when several), or None."""
+    """The element the page names as its main content, or None. Several (a blog's front page:
+    one ``<article>`` per post) give the element holding them all, so no post is lost."""
     for xpath in MAIN_XPATHS:
         found = tree.xpath(xpath)
-        if found:
-            return max(found, key=lambda el: len(el.text_content()))
+        if not found:
+            continue
+        marked = set(found)
+        outer = [el for el in found if not any(a in marked for a in el.iterancestors())]
+        return outer[0] if len(outer) == 1 else _common_ancestor(outer)
     return None
+
+
+def page_title(tree: Any, main: Any) -> Any | None:
+    """The page's one ``h1`` when it stands outside `main` (a post's title in a header above
+    the content), so the title is kept; None when `main` has its own or the page has several."""
+    if next(main.iter("h1"), None) is not None:
+        return None
+    titles = [h for h in tree.iter("h1") if not _is_noise(h)]
+    if len(titles) != 1 or any(_is_noise(a) for a in titles[0].iterancestors()):
+        return None
+    return titles[0]
 
 
 def _is_noise(el: Any) -> bool:
@@ -205,9 +231,14 @@ class _Walk:
             self.element(child)
 
 
-def main_drafts(rel: str, main: Any) -> list[Draft]:
-    """The sections of a page's main element (noise already dropped)."""
+def main_drafts(rel: str, main: Any, title: Any | None = None) -> list[Draft]:
+    """The sections of a page's main element (noise already dropped), under the page's
+    `title` heading when it stands outside that element."""
     walk = _Walk(DraftBuilder(rel))
+    if title is not None:
+        text = PERMALINK.sub("", _flat(title))
+        if text:
+            walk.builder.heading(1, text, 0, heading_anchor(title))
     walk.children(main)
     walk.flush()
     return walk.builder.finish()
