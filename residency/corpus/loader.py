@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from residency.corpus.drafts import PREAMBLE_ANCHOR, Draft, slugify
-from residency.corpus.file_names import printable
 from residency.corpus.formats import (
     MISSING_LIBRARY,
     READER_VERSION,
@@ -52,6 +51,7 @@ from residency.corpus.formats import (
     TEXT_SUFFIXES,
     read_binary,
 )
+from residency.corpus.listing import corpus_files, reason_text
 from residency.corpus.markdown import parse_markdown
 from residency.corpus.model import MAX_SECTION_CHARS, Section, SkippedInput, SourceFile
 from residency.corpus.text_files import (
@@ -108,44 +108,6 @@ class PreviousCorpus:
     skipped: Mapping[str, Sequence[SkippedInput]] = field(default_factory=dict)  # by file
 
 
-_MAX_REASON = 2000  # SkippedInput.reason's bound
-
-
-def _reason(text: str) -> str:
-    text = printable(text)
-    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
-
-
-def _link_problem(path: Path) -> str | None:
-    """Why a symbolic link is not read (a loop, a missing target, a directory), or None."""
-    try:
-        target = path.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:  # RuntimeError: Python 3.11's "Symlink loop"
-        return f"symbolic link not followed: {type(exc).__name__}: {exc}"
-    if target.is_dir():
-        return "symbolic link to a directory, not followed (it could loop)"
-    return None
-
-
-def _corpus_files(root: Path) -> tuple[list[tuple[str, Path]], list[SkippedInput]]:
-    """(relpath with '/', path) of every non-hidden file under root, sorted by relpath, and the
-    links that cannot be read. A name that is not valid UTF-8 is kept, its relpath escaped."""
-    found, problems = [], []
-    for path in root.rglob("*"):
-        rel = path.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
-        name = printable(rel.as_posix())
-        if path.is_symlink():
-            problem = _link_problem(path)
-            if problem is not None:
-                problems.append(SkippedInput(file=name, line=0, reason=_reason(problem)))
-                continue
-        if path.is_file():
-            found.append((name, path))
-    return sorted(found), sorted(problems, key=lambda s: s.file)
-
-
 def _parse(
     rel: str, path: Path, scan: FileScan, skips: list[SkippedInput]
 ) -> Iterator[Draft | Oversized]:
@@ -176,7 +138,7 @@ def _parse(
                 drafts, bad = read_binary(suffix, rel, data)
         except Exception as exc:  # one file's reader failing never aborts the run
             failed = f"reader failed: {type(exc).__name__}: {exc}"
-            skips.append(SkippedInput(file=rel, line=0, reason=_reason(failed)))
+            skips.append(SkippedInput(file=rel, line=0, reason=reason_text(failed)))
             return
         del data
         skips.extend(bad)
@@ -255,7 +217,7 @@ class CorpusStream:
         self._same_counting = previous is not None and previous.token_count == counter.info
 
     def __iter__(self) -> Iterator[Section]:
-        listed, links = _corpus_files(self.root)
+        listed, links = corpus_files(self.root)
         self.skipped += links
         if self._progress is not None:
             self._progress.start("reading corpus files", len(listed))
@@ -278,7 +240,7 @@ class CorpusStream:
         try:
             scan = scan_file(path, text)
         except OSError as exc:
-            unread = SkippedInput(file=rel, line=0, reason=_reason(f"cannot read: {exc}"))
+            unread = SkippedInput(file=rel, line=0, reason=reason_text(f"cannot read: {exc}"))
             self.skipped.append(unread)
             return
         reused = _reusable(self._previous, rel, scan.sha256)
@@ -318,10 +280,10 @@ class CorpusStream:
                 if len(self._pending) >= self._batch:
                     yield from self._flush()
         except OSError as exc:  # gone or unreadable since it was scanned
-            gone = _reason(f"cannot read: {exc}")
+            gone = reason_text(f"cannot read: {exc}")
             draft_skips.append(SkippedInput(file=rel, line=0, reason=gone))
         except Exception as exc:  # a streaming reader failing part-way: the rest is kept
-            failed = _reason(f"reader failed: {type(exc).__name__}: {exc}")
+            failed = reason_text(f"reader failed: {type(exc).__name__}: {exc}")
             draft_skips.append(SkippedInput(file=rel, line=0, reason=failed))
         if reused is None and not found and not file_skips:
             file_skips = [SkippedInput(file=rel, line=0, reason="no section text (only headings)")]
