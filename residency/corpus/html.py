@@ -115,17 +115,25 @@ def read_html(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
     return guessed, skipped
 
 
-_SMALL_MAIN = 0.25  # share of the body's characters under which a main element is doubted
+_SMALL_MAIN = 0.1  # share of the page's characters under which a main element is doubted
+
+
+def _ink(text: str) -> int:
+    """Characters of `text` that are not whitespace."""
+    return len(text) - sum(text.count(space) for space in " \n\t\r\xa0")
 
 
 def _page_chars(tree: Any) -> int:
-    """Characters of the page's visible text (scripts and styles left out)."""
-    texts = tree.xpath("//body//text()[not(ancestor::script) and not(ancestor::style)]")
-    return sum(len(t.strip()) for t in texts)
+    """Non-space characters of the page's text, scripts and styles left out."""
+    body = tree.find("body")
+    if body is None:
+        return 0
+    hidden = sum(_ink(el.text or "") for el in body.iter("script", "style"))
+    return _ink(body.text_content()) - hidden
 
 
 def _chars(drafts: list[Draft]) -> int:
-    return sum(len(d.text) for d in drafts)
+    return sum(_ink(d.text) for d in drafts)
 
 
 def _or_skipped(rel: str, drafts: list[Draft], why: str) -> tuple[list[Draft], list[SkippedInput]]:
