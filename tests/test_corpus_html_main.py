@@ -50,3 +50,14 @@ def test_an_empty_main_element_is_skipped_with_the_reason() -> None:
     assert [s.reason for s in skipped] == [
         "no text in the page's main element (filled in by JavaScript?)"
     ]
+
+
+def test_code_keeps_its_comments_and_a_docs_page_drops_its_contents_box() -> None:
+    page = (
+        "<html><body><main><article><h1>Setup<a class='hash-link' href='#setup'>\u200b</a></h1>"
+        "<pre><code><span class='token comment'># install first</span>\npip install x"
+        "</code></pre></article><div class='col'><ul class='table-of-contents'>"
+        "<li><a href='#setup'>Setup</a></li></ul></div></main></body></html>"
+    )
+    drafts, _ = read_html("docs.html", page.encode())
+    assert [(d.title, d.text) for d in drafts] == [("Setup", "# install first\npip install x")]

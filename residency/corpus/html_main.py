@@ -39,10 +39,12 @@ _NOISE_TAGS = [
     "dialog",
 ]
 _NOISE_TAG_SET = frozenset(_NOISE_TAGS)
+_VERBATIM = frozenset(("pre", "code", "math"))
 _NOISE_ROLES = frozenset(("navigation", "complementary", "search"))
 # Class / id words of blocks that are not the page's main text.
 _NOISE_NAMES = re.compile(
-    r"(?:^|[\s_-])(?:mw-editsection|headerlink|toc|navbox|share|sharing|social|related|promo|"
+    r"(?:^|[\s_-])(?:mw-editsection|headerlink|hash-link|toc|table-of-contents|navbox|share|"
+    r"sharing|social|related|promo|"
     r"advert\w*|ads?|outbrain|comments?|sidebar|breadcrumbs?|newsletter|subscribe|signup|"
     r"cookie\w*|story-more|more-from\w*|visually-hidden|sr-only|screen-reader-text)(?:$|[\s_-])",
     re.I,
@@ -160,7 +162,7 @@ def drop_noise(root: Any) -> None:
         el = stack.pop()
         if _is_noise(el):
             el.drop_tree()
-        else:
+        elif el.tag not in _VERBATIM:  # code is kept whole (Prism's "token comment" spans)
             stack.extend(el)
 
 
