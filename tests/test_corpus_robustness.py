@@ -12,6 +12,8 @@ from pathlib import Path
 
 from residency_cli import REPO_ROOT
 
+from residency.corpus.clean_text import clean_draft
+from residency.corpus.drafts import Draft
 from residency.corpus.html import read_html
 from residency.corpus.loader import load_corpus
 from residency.corpus.markdown import parse_markdown
@@ -153,3 +155,27 @@ def test_a_multimarkdown_title_block_is_metadata_not_a_section() -> None:
         ("lights#_preamble", "Harbour lights", "First paragraph.", 4),
         ("lights#lamps", "Lamps", "Lamp text.", 6),
     ]
+
+
+def test_control_characters_never_reach_the_index(tmp_path: Path) -> None:
+    (tmp_path / "crlf.txt").write_bytes(b"Line one\r\nline two\x07\r\n\r\nPage two\x0cafter\r\n")
+    (tmp_path / "term.md").write_bytes(b"# Build \x1b[1mlog\x1b[0m\r\n\r\nOK\x08.\r\n")
+    (tmp_path / "only.txt").write_bytes(b"\x01\x02\x03\n\nKept.\n")
+    loaded = load_corpus(tmp_path, ApproxTokenizer())
+    assert [(s.id, s.title, s.text) for s in loaded.sections] == [
+        ("crlf#p1", "", "Line one\nline two"),
+        ("crlf#p2", "", "Page two\nafter"),
+        ("only#p2", "", "Kept."),
+        ("term#build-1mlog0m", "Build [1mlog[0m", "OK."),
+    ]
+    assert [(s.file, s.reason) for s in loaded.skipped] == [
+        ("only.txt", "section 'only#p1' holds only control characters")
+    ]
+
+
+def test_a_removed_character_moves_the_page_breaks_with_the_text() -> None:
+    draft = Draft("a.pdf#x", 1, "T", "ab\x04cd\ufffeef", page=3, page_breaks=(4, 6))
+    cleaned = clean_draft(draft)
+    assert (cleaned.text, cleaned.page_breaks) == ("abcdef", (3, 4))
+    assert cleaned.text[3] == "d"  # page 4 began at 'd', page 5 at 'e': still so
+    assert cleaned.text[4] == "e"

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from residency.corpus.clean_text import clean_draft
 from residency.corpus.drafts import PREAMBLE_ANCHOR, Draft, slugify
 from residency.corpus.formats import (
     MISSING_LIBRARY,
@@ -263,6 +264,12 @@ class CorpusStream:
         try:
             for draft, count in items:
                 found += 1
+                if isinstance(draft, Draft):
+                    draft = clean_draft(draft)
+                    if not draft.text.strip():
+                        why = f"section {draft.id!r} holds only control characters"
+                        draft_skips.append(SkippedInput(file=rel, line=draft.line, reason=why))
+                        continue
                 refused = self._refusal(draft, scan.size_bytes)
                 if refused is not None or isinstance(draft, Oversized):
                     refused = refused or f"section {draft.id!r} is too long to index"
