@@ -61,3 +61,14 @@ def test_code_keeps_its_comments_and_a_docs_page_drops_its_contents_box() -> Non
     )
     drafts, _ = read_html("docs.html", page.encode())
     assert [(d.title, d.text) for d in drafts] == [("Setup", "# install first\npip install x")]
+
+
+def test_a_blog_post_marked_with_microformats_is_the_main_content() -> None:
+    page = (
+        "<html><body><div class='sidebar-wrap'><h2>Archive</h2><p>2016 2015</p></div>"
+        "<div class='post hentry'><h3 class='post-title'>Release 3.6.0</h3>"
+        f"<div class='post-body entry-content'><p>{LOREM}</p></div></div></body></html>"
+    )
+    drafts, _ = read_html("blog.html", page.encode())
+    assert [d.title for d in drafts] == ["Release 3.6.0"]
+    assert "Archive" not in drafts[0].text

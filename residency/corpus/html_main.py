@@ -1,5 +1,6 @@
 """A page's main element read block by block (lxml): used when the page names its main content
-(``<main>``, ``role="main"``, ``<article>``), so nothing in it is lost to a boilerplate guess.
+(``<main>``, ``role="main"``, ``<article>``, a microformat blog post), so nothing in it is lost to
+a boilerplate guess.
 
 Inside the main element, what is never main text is removed first: scripts and styles,
 navigation, asides and complementary columns, forms, hidden elements, edit links and permalink
@@ -22,7 +23,14 @@ HEADING_TAGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 PERMALINK = re.compile(r"[\s¶#🔗\u200b\uf0c1]+$")
 
 # Where a page says its main content is, most specific first.
-MAIN_XPATHS = ("//main", "//*[@role='main']", "//article", "//*[@itemprop='articleBody']")
+_CLASS = "contains(concat(' ', normalize-space(@class), ' '), ' {} ')"
+MAIN_XPATHS = (
+    "//main",
+    "//*[@role='main']",
+    "//article",
+    "//*[@itemprop='articleBody']",
+    f"//*[{_CLASS.format('hentry')} or {_CLASS.format('h-entry')}]",  # a blog post (hAtom)
+)
 _NOISE_TAGS = [
     "script",
     "style",
