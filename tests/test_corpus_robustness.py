@@ -17,6 +17,8 @@ from residency.corpus.drafts import Draft
 from residency.corpus.html import read_html
 from residency.corpus.loader import load_corpus
 from residency.corpus.markdown import parse_markdown
+from residency.index import IndexOptions, build_index
+from residency.index.watch import content_changed
 from residency.tokenizer import ApproxTokenizer
 
 DOCX = REPO_ROOT / "tests/real_documents/files/docx/mammoth-tables.docx"
@@ -179,3 +181,16 @@ def test_a_removed_character_moves_the_page_breaks_with_the_text() -> None:
     assert (cleaned.text, cleaned.page_breaks) == ("abcdef", (3, 4))
     assert cleaned.text[3] == "d"  # page 4 began at 'd', page 5 at 'e': still so
     assert cleaned.text[4] == "e"
+
+
+def test_watch_sees_an_escaped_name_as_indexed_not_as_a_change(tmp_path: Path) -> None:
+    corpus = tmp_path / "docs"
+    corpus.mkdir()
+    with open(os.fsencode(corpus) + b"/caf\xe9.md", "wb") as f:
+        f.write(b"# Menu\n\nTea.\n")
+    manifest = build_index(corpus, tmp_path / "idx", IndexOptions(dense=False), ApproxTokenizer())
+    assert [f.path for f in manifest.files] == ["caf\\xe9.md"]
+    assert not content_changed(corpus, manifest)
+    with open(os.fsencode(corpus) + b"/caf\xe9.md", "ab") as f:
+        f.write(b"More tea.\n")
+    assert content_changed(corpus, manifest)

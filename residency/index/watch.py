@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from residency.corpus.file_names import printable
 from residency.errors import ConfigError
 from residency.index.manifest import IndexManifest, read_manifest
 
@@ -23,19 +24,26 @@ WATCH_POLL_S = 1.0  # seconds between two looks at the corpus
 Snapshot = dict[str, tuple[int, int]]
 
 
+def _corpus_paths(root: Path) -> dict[str, Path]:
+    """relpath as the loader names it (undecodable bytes escaped) -> path, non-hidden entries."""
+    found: dict[str, Path] = {}
+    for path in root.rglob("*"):
+        rel = path.relative_to(root)
+        if not any(part.startswith(".") for part in rel.parts):
+            found[printable(rel.as_posix())] = path
+    return found
+
+
 def corpus_snapshot(root: Path) -> Snapshot:
     """relpath -> (size, mtime_ns) of every non-hidden file under `root` (the loader's files)."""
     found: Snapshot = {}
-    for path in root.rglob("*"):
-        rel = path.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts):
-            continue
+    for rel, path in _corpus_paths(root).items():
         try:
             stat = path.stat()
         except OSError:
-            continue  # removed while we looked
+            continue  # removed while we looked, or a link that cannot be followed
         if path.is_file():
-            found[rel.as_posix()] = (stat.st_size, stat.st_mtime_ns)
+            found[rel] = (stat.st_size, stat.st_mtime_ns)
     return found
 
 
@@ -45,10 +53,11 @@ def content_changed(root: Path, manifest: IndexManifest) -> bool:
     now = corpus_snapshot(root)
     if set(now) != set(indexed):
         return True
+    paths = _corpus_paths(root)
     for rel in now:
         try:
-            digest = hashlib.sha256((root / rel).read_bytes()).hexdigest()
-        except OSError:
+            digest = hashlib.sha256(paths[rel].read_bytes()).hexdigest()
+        except (OSError, KeyError):
             return True
         if digest != indexed[rel]:
             return True
