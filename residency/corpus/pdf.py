@@ -5,14 +5,19 @@ Why pypdfium2: on the shipped test PDFs it kept >= 0.99 of the characters of pop
 ``pdftotext`` (pypdf lost a third of the Japanese text of two files) at 7x pypdf's and 13x
 pdfminer.six's speed (see docs/index-and-retrieval.md for the measurement).
 
+The lines come from `pdf_layout`: clean characters, soft hyphens rejoined, running headers,
+footers and page numbers left out, contents pages marked (their entries are never headings).
+
 Headings, in order of trust:
 
-1. The document outline (bookmarks): each entry's title is looked up on its destination page;
-   the matching line becomes the heading (the outline's wording is kept). An entry whose text is
-   not on its page starts its section at the top of that page.
+1. The document outline (bookmarks), when at least `OUTLINE_TRUST` of its entries are found on
+   their pages (a wrong outline is ignored): each entry's title is looked up on its destination
+   page; the matching line becomes the heading (the outline's wording is kept). An entry whose
+   text is not on its page starts its section at the top of that page.
 2. Without an outline: lines set in a font at least `HEADING_SCALE` x the body size (the size
    most characters are set in), at most `HEADING_MAX_CHARS` long. Distinct heading sizes give the
-   levels (largest = 1); consecutive heading lines of one size are one heading (a wrapped title).
+   levels (largest = 1); consecutive heading lines of one size are one heading (a wrapped title,
+   at most `HEADING_MAX_LINES` lines); a table row is never a heading.
 
 A file that cannot be read is skipped with the reason: an encrypted PDF (decrypt it first), a PDF
 without a text layer (scanned pages: OCR it first, e.g. with ocrmypdf), or a damaged file.
@@ -20,17 +25,22 @@ without a text layer (scanned pages: OCR it first, e.g. with ocrmypdf), or a dam
 
 from __future__ import annotations
 
-import ctypes
 import re
-import statistics
 import unicodedata
-from collections import Counter
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from typing import TYPE_CHECKING, Any
 
 from residency.corpus.drafts import Draft, DraftBuilder
 from residency.corpus.model import SkippedInput
+from residency.corpus.pdf_layout import (
+    Line,
+    body_style,
+    contents_lines,
+    find_furniture,
+    page_lines,
+    rejoin_hyphens,
+)
 
 if TYPE_CHECKING:
     import pypdfium2
@@ -40,8 +50,9 @@ HEADING_MAX_CHARS = 150  # longer lines are body text set large (a pull quote), 
 LABEL_MAX_CHARS = 30  # an unnumbered bold / sans line this short is a label heading ('Abstract')
 SAME_SIZE = 1.0  # points: title lines this close in size are one heading and one level
 TITLE_MATCH = 0.8  # similarity (difflib ratio) at which page text is an outline entry's title
-_SIZE_STEP = 0.5  # font sizes are compared rounded to half a point
-_LINE = re.compile(r"[^\r\n]+")
+HEADING_MAX_LINES = 3  # a longer run of large lines is text set large (a table), not a title
+OUTLINE_TRUST = 0.5  # share of outline entries that must be found on their pages to use it
+CELLS_MAX = 2  # a line of more text runs far apart (a table row) is not a heading
 _MONO = re.compile(r"Mono|TT|Courier|Code", re.IGNORECASE)
 _HEAVY = re.compile(
     r"Bold|BX|Bd|Black|Heavy|Semi|Demi|Medium|Gothic|Sans|Kaku|Go(?:Pr|Std|Pro|-)", re.IGNORECASE
@@ -49,16 +60,6 @@ _HEAVY = re.compile(
 _SENTENCE_END = re.compile(r"[.。:：,，、;；]$")
 # '§ 2 Usage', '2.1 Format', 'A.1 Options', '第2章 使い方' (the number, then a title)
 _NUMBERED = re.compile(r"^(?:§\s*)?(\d{1,2}(?:\.\d{1,2}){0,3}|[A-Z](?:\.\d{1,2}){1,3})\.?\s+\S")
-
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    """One text line of a page, with the font size it is set in (points, rounded)."""
-
-    text: str
-    size: float
-    page: int  # 1-based
-    font: str = ""  # the font of its first character (subset prefix dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,46 +76,6 @@ def _key(text: str) -> str:
     """NFKC, case-folded, letters and digits only: how an outline title is compared with page
     text (so 'pLaTeX2e' in an outline still meets 'pLATEX 2ε' set as a logo on the page)."""
     return "".join(ch for ch in unicodedata.normalize("NFKC", text).casefold() if ch.isalnum())
-
-
-def _font_name(raw_textpage: Any, index: int) -> str:
-    """'LMSans10-Regular' for a character set in 'USBSTC+LMSans10-Regular'."""
-    import pypdfium2.raw as pdfium_c
-
-    buffer = ctypes.create_string_buffer(128)
-    flags = ctypes.c_int()
-    pdfium_c.FPDFText_GetFontInfo(raw_textpage, index, buffer, 128, ctypes.byref(flags))
-    return buffer.value.decode("latin-1").rpartition("+")[2]
-
-
-def _page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
-    """The page's lines in pdfium's reading order, each with its font size."""
-    import pypdfium2.raw as pdfium_c
-
-    textpage = page.get_textpage()
-    try:
-        count = textpage.count_chars()
-        text = textpage.get_text_range(0, count)
-        aligned = len(text) == count  # one str char per pdfium char (no surrogate pairs)
-        lines: list[Line] = []
-        for match in _LINE.finditer(text):
-            raw_line = match.group()
-            stripped = raw_line.strip()
-            if not stripped:
-                continue
-            size, font = 0.0, ""
-            if aligned:
-                first = match.start() + len(raw_line) - len(raw_line.lstrip())
-                last = match.end() - 1 - (len(raw_line) - len(raw_line.rstrip()))
-                middle = (first + last) // 2
-                picks = {first, last} | ({middle} if not text[middle].isspace() else set())
-                sizes = [pdfium_c.FPDFText_GetFontSize(textpage.raw, i) for i in picks]
-                size = round(statistics.median(sizes) / _SIZE_STEP) * _SIZE_STEP
-                font = _font_name(textpage.raw, first)
-            lines.append(Line(stripped, size, number, font))
-        return lines
-    finally:
-        textpage.close()
 
 
 def _outline(doc: pypdfium2.PdfDocument) -> list[tuple[int, str, int]]:
@@ -155,15 +116,18 @@ def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[in
     return None if best is None else (best[1], best[2])
 
 
-def outline_headings(lines: list[Line], entries: list[tuple[int, str, int]]) -> list[Heading]:
-    """Outline entries placed on their page's lines (the matched lines are the heading). An entry
-    not found on its page starts its section at the page top when nothing else starts there."""
+def outline_headings(
+    lines: list[Line], entries: list[tuple[int, str, int]]
+) -> tuple[list[Heading], int]:
+    """Outline entries placed on their page's lines (the matched lines are the heading), and how
+    many of them were found there. An entry not found on its page starts its section at the page
+    top when nothing else starts there."""
     bounds: dict[int, tuple[int, int]] = {}
     for i, line in enumerate(lines):
         first, _ = bounds.get(line.page, (i, i))
         bounds[line.page] = (first, i + 1)
     headings: list[Heading] = []
-    cursor = 0
+    cursor = found_count = 0
     for level, title, page_index in entries:
         page = page_index + 1
         if page not in bounds:
@@ -172,13 +136,14 @@ def outline_headings(lines: list[Line], entries: list[tuple[int, str, int]]) -> 
         found = _find_title(lines, max(first, cursor), end, title)
         if found is not None:
             heading = Heading(found[0], level, title, found[1])
+            found_count += 1
         elif cursor <= first:
             heading = Heading(first, level, title, 0)
         else:
             continue  # its page already has a heading before it: keep the text where it is
         headings.append(heading)
         cursor = heading.at + heading.consumed
-    return headings
+    return headings, found_count
 
 
 def _number_depth(text: str) -> int:
@@ -199,11 +164,14 @@ def _size_levels(sizes: set[float]) -> dict[float, int]:
     return levels
 
 
-def font_headings(lines: list[Line], stop: int | None = None) -> list[Heading]:
+def font_headings(
+    lines: list[Line], stop: int | None = None, text_only: frozenset[int] = frozenset()
+) -> list[Heading]:
     """Headings of a PDF without an outline, from how its lines are set.
 
     - large: at least `HEADING_SCALE` x the body size; sizes give the levels (largest first);
-      consecutive large lines of about one size are one (wrapped) heading.
+      consecutive large lines of about one size are one (wrapped) heading; a run of more than
+      `HEADING_MAX_LINES` lines or `HEADING_MAX_CHARS` chars is text set large (a table).
     - numbered: '§ 1 Usage', '2.1 Format' in another font than the body text but not larger
       (sans-serif or bold section heads); level after the large ones, by number depth. Of more
       than two in a row only the last is a heading: the others are a contents list.
@@ -211,20 +179,24 @@ def font_headings(lines: list[Line], stop: int | None = None) -> list[Heading]:
     - label: a short unnumbered line in a bold or sans font ('Abstract', '概要'), at the level
       of a first-depth numbered heading.
 
+    Never headings: a table row (more than `CELLS_MAX` runs of text far apart, or two ending in
+    a number: 'GRAND TOTAL      5,738'; two headings side by side in two columns stay one), a
+    line without a letter, and the lines in `text_only` (contents entries).
+
     The statistics (body size and font) come from every line; headings are looked for only in
     lines[:stop] (an outlined PDF: its title page, before the first outline entry).
     """
-    weight: Counter[float] = Counter()
-    fonts: Counter[str] = Counter()
-    for line in lines:
-        weight[line.size] += len(line.text)
-        fonts[line.font] += len(line.text)
-    if not weight:
+    if not lines:
         return []
-    body, body_font = weight.most_common(1)[0][0], fonts.most_common(1)[0][0]
+    body, body_font = body_style(lines)
 
     def kind(line: Line) -> str:
-        if len(line.text) > HEADING_MAX_CHARS or not any(ch.isalpha() for ch in line.text):
+        if (
+            len(line.text) > HEADING_MAX_CHARS
+            or line.cells > CELLS_MAX
+            or (line.cells == CELLS_MAX and not any(c.isalpha() for c in line.text.split()[-1]))
+            or not any(ch.isalpha() for ch in line.text)
+        ):
             return "body"
         if line.size >= body * HEADING_SCALE:
             return "large"
@@ -241,7 +213,7 @@ def font_headings(lines: list[Line], stop: int | None = None) -> list[Heading]:
             return "label"
         return "body"
 
-    kinds = [kind(line) for line in lines]
+    kinds = ["body" if i in text_only else kind(line) for i, line in enumerate(lines)]
     level_of = _size_levels({ln.size for ln, k in zip(lines, kinds, strict=True) if k == "large"})
     below = max(level_of.values(), default=0)
     headings: list[Heading] = []
@@ -260,7 +232,9 @@ def font_headings(lines: list[Line], stop: int | None = None) -> list[Heading]:
             ):
                 j += 1
             text = " ".join(ln.text for ln in lines[i:j])
-            if title_size is not None and not body_seen and line.size < title_size - SAME_SIZE:
+            if j - i > HEADING_MAX_LINES or len(text) > HEADING_MAX_CHARS:
+                body_seen = True  # a table or a passage set large: text
+            elif title_size is not None and not body_seen and line.size < title_size - SAME_SIZE:
                 body_seen = True  # author / date lines under the title: text, not headings
             else:
                 headings.append(Heading(i, level_of[line.size], text, j - i))
@@ -294,7 +268,7 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
             reason = f"cannot read PDF ({message})"
         return [], [SkippedInput(file=rel, line=0, reason=reason)]
     try:
-        lines = [line for n in range(len(doc)) for line in _page_lines(doc[n], n + 1)]
+        lines = [line for n in range(len(doc)) for line in page_lines(doc[n], n + 1)]
         entries = _outline(doc)
         pages = len(doc)
     finally:
@@ -305,11 +279,18 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
             "OCR it first (e.g. ocrmypdf) to index it"
         )
         return [], [SkippedInput(file=rel, line=0, reason=reason)]
-    if entries:  # the outline, and the title page's own headings before its first entry
-        headings = outline_headings(lines, entries)
-        headings = font_headings(lines, min((h.at for h in headings), default=0)) + headings
-    else:
-        headings = font_headings(lines)
+    furniture = find_furniture(lines)
+    kept = [line for i, line in enumerate(lines) if i not in furniture] or lines
+    lines = rejoin_hyphens(kept)
+    contents = frozenset(contents_lines(lines))
+    headings: list[Heading] = []
+    if entries:  # the outline, trusted when most of its titles are on their pages
+        placed, found = outline_headings(lines, entries)
+        if found >= OUTLINE_TRUST * len(entries):
+            stop = min((h.at for h in placed), default=0)
+            headings = font_headings(lines, stop, contents) + placed
+    if not headings:
+        headings = font_headings(lines, text_only=contents)
     builder = DraftBuilder(rel)
     at: dict[int, list[Heading]] = {}
     for heading in headings:

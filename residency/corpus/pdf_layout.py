@@ -1,0 +1,255 @@
+"""A PDF's text lines as a reader sees them (pypdfium2): clean characters, soft hyphens rejoined,
+page furniture (running headers and footers, page numbers) recognised, contents pages found.
+
+What pdfium hands over and what is done with it:
+
+- a soft hyphen at a line end comes as U+FFFE (or U+00AD): 'Prae\\ufffe' + 'sent ipsum' becomes
+  'Praesent' + 'ipsum' (the word moves up, so the first line keeps whole words);
+- C0 control characters other than tab and newline (a '\\x04' proof box, a '\\x08' for a large
+  brace in a formula), U+FFFE/U+FFFF and stray soft hyphens are dropped; a tab becomes a space;
+- page furniture: among the three top and three bottom lines of every page, a line that carries the
+  page's number (alone, 'Page 3 of 9', '- 3 -', 'iv', or at either end of a running header
+  '19 1.6. WEGE UND KNOTEN') with an offset from the page index that at least two pages share,
+  or a line whose text (digits masked) repeats there on at least `REPEAT_PAGES` pages;
+- a contents page: at least `CONTENTS_MIN_LINES` lines, and `CONTENTS_SHARE` of them, that end
+  in a page number (dot leaders or not: '1.1 Topologische Räume . . . 2', '2 Second section iv').
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pypdfium2
+
+REPEAT_PAGES = 3  # a line repeated at a page edge on this many pages is a running header/footer
+EDGE_LINES = 3  # lines at the top and at the bottom of a page that may be furniture
+EDGE_ZONE = 0.2  # ... when they are within this share of the page's height from its edge
+CONTENTS_MIN_LINES = 3
+CONTENTS_SHARE = 0.4
+CELL_GAP_EMS = 2.0  # a horizontal gap this many font sizes wide separates table cells
+_SIZE_STEP = 0.5  # font sizes are compared rounded to half a point
+_LINE = re.compile(r"[^\r\n]+")
+_SOFT_HYPHENS = "\ufffe\u00ad"
+_DROP = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ufffe\uffff\u00ad]")
+_ROMAN = re.compile(r"^[ivxlc]{1,7}$", re.IGNORECASE)
+# '3', 'iv', '- 3 -', 'Page 3', 'Page 3 of 9', 'Seite 3 von 9', '3 / 9', 'p. 3'
+_PAGE_NUMBER = re.compile(
+    r"^(?:page|seite|p\.|pg\.)?\s*[-–—]?\s*(\d{1,4}|[ivxlc]{1,7})\s*[-–—]?"
+    r"\s*(?:(?:of|von|/)\s*\d{1,4})?$",
+    re.IGNORECASE,
+)
+_EDGE_NUMBER = re.compile(r"^(\d{1,4})\s+\S|\S\s+(\d{1,4})$")
+# a contents entry: text, optional dot leaders, a page number ('2 Second section iv')
+_CONTENTS_ENTRY = re.compile(r"\w.*?(?:\s*(?:\.\s*){2,}|\s+)(\d{1,4}|[ivxlc]{1,7})$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One text line of a page, with the font size it is set in (points, rounded)."""
+
+    text: str
+    size: float
+    page: int  # 1-based
+    font: str = ""  # the font of its first character (subset prefix dropped)
+    top: float = 0.5  # where the line starts down the page, 0 = top edge, 1 = bottom edge
+    cells: int = 1  # text runs separated by wide gaps (a table row has several)
+
+
+def clean_text(text: str) -> str:
+    """The line without control characters and pdfium's markers; tabs become spaces."""
+    return _DROP.sub("", text.replace("\t", " "))
+
+
+def _font_name(raw_textpage: object, index: int) -> str:
+    """'LMSans10-Regular' for a character set in 'USBSTC+LMSans10-Regular'."""
+    import pypdfium2.raw as pdfium_c
+
+    buffer = ctypes.create_string_buffer(128)
+    flags = ctypes.c_int()
+    pdfium_c.FPDFText_GetFontInfo(raw_textpage, index, buffer, 128, ctypes.byref(flags))
+    return buffer.value.decode("latin-1").rpartition("+")[2]
+
+
+def _box(raw_textpage: object, index: int) -> tuple[float, float, float, float]:
+    """(left, right, bottom, top) of one character, in points."""
+    import pypdfium2.raw as pdfium_c
+
+    edges = [ctypes.c_double() for _ in range(4)]
+    pdfium_c.FPDFText_GetCharBox(raw_textpage, index, *(ctypes.byref(e) for e in edges))
+    return edges[0].value, edges[1].value, edges[2].value, edges[3].value
+
+
+def _cells(raw_textpage: object, text: str, first: int, last: int, size: float) -> int:
+    """1 + the gaps wider than `CELL_GAP_EMS` x the font size between text[first:last+1]'s
+    words (a table row set on one line: 'Year    2022    Claim #    SF-1008')."""
+    gaps = 0
+    for k in range(first + 1, last):
+        if text[k] == " " and not text[k - 1].isspace() and not text[k + 1].isspace():
+            gap = _box(raw_textpage, k + 1)[0] - _box(raw_textpage, k - 1)[1]
+            gaps += gap > CELL_GAP_EMS * max(size, 1.0)
+    return gaps + 1
+
+
+def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
+    """The page's lines in pdfium's reading order, each with its font size and position; a
+    line that ends in a soft hyphen keeps it as U+00AD for `rejoin_hyphens`."""
+    import pypdfium2.raw as pdfium_c
+
+    textpage = page.get_textpage()
+    height = page.get_height() or 1.0
+    try:
+        count = textpage.count_chars()
+        text = textpage.get_text_range(0, count)
+        aligned = len(text) == count  # one str char per pdfium char (no surrogate pairs)
+        lines: list[Line] = []
+        for match in _LINE.finditer(text):
+            raw_line = match.group()
+            stripped = raw_line.strip()
+            hyphen = stripped.endswith(tuple(_SOFT_HYPHENS))
+            stripped = clean_text(stripped).strip()
+            if not stripped:
+                continue
+            size, font, top, cells = 0.0, "", 0.5, 1
+            if aligned:
+                first = match.start() + len(raw_line) - len(raw_line.lstrip())
+                last = match.end() - 1 - (len(raw_line) - len(raw_line.rstrip()))
+                middle = (first + last) // 2
+                picks = {first, last} | ({middle} if not text[middle].isspace() else set())
+                sizes = [pdfium_c.FPDFText_GetFontSize(textpage.raw, i) for i in picks]
+                size = round(statistics.median(sizes) / _SIZE_STEP) * _SIZE_STEP
+                font = _font_name(textpage.raw, first)
+                top = min(max(1.0 - _box(textpage.raw, first)[3] / height, 0.0), 1.0)
+                if len(stripped) <= 200:
+                    cells = _cells(textpage.raw, text, first, last, size)
+            lines.append(
+                Line(stripped + ("\u00ad" if hyphen else ""), size, number, font, top, cells)
+            )
+        return lines
+    finally:
+        textpage.close()
+
+
+def rejoin_hyphens(lines: list[Line]) -> list[Line]:
+    """Words split by a soft hyphen made whole: the next line's first word moves up
+    ('Prae\\u00ad' + 'sent ipsum' -> 'Praesent' + 'ipsum'); a line left empty goes."""
+    out = list(lines)
+    for i, line in enumerate(out):
+        if not line.text.endswith("\u00ad"):
+            continue
+        head = line.text[:-1]
+        if i + 1 < len(out) and out[i + 1].text:
+            word, _, rest = out[i + 1].text.partition(" ")
+            out[i] = replace(line, text=head + word)
+            out[i + 1] = replace(out[i + 1], text=rest.strip())
+        else:
+            out[i] = replace(line, text=head)
+    return [line for line in out if line.text]
+
+
+def _mask(text: str) -> str:
+    return re.sub(r"\d+", "0", " ".join(text.split()).casefold())
+
+
+def _page_value(token: str) -> int | None:
+    """3 for '3', 4 for 'iv', None for anything else."""
+    if token.isdigit():
+        return int(token)
+    if not _ROMAN.match(token):
+        return None
+    values = {"i": 1, "v": 5, "x": 10, "l": 50, "c": 100}
+    digits = [values[ch] for ch in token.lower()]
+    return sum(-d if d < n else d for d, n in zip(digits, [*digits[1:], 0], strict=True))
+
+
+def _edge_lines(lines: list[Line]) -> dict[int, tuple[list[int], list[int]]]:
+    """Per page, the indices of its `EDGE_LINES` top lines and of its bottom lines, each list
+    from the page's edge inwards."""
+    by_page: dict[int, list[int]] = defaultdict(list)
+    for i, line in enumerate(lines):
+        by_page[line.page].append(i)
+    edges: dict[int, tuple[list[int], list[int]]] = {}
+    for page, indices in by_page.items():
+        ordered = sorted(indices, key=lambda i: lines[i].top)
+        top = [i for i in ordered[:EDGE_LINES] if lines[i].top < EDGE_ZONE]
+        bottom = [i for i in ordered[::-1][:EDGE_LINES] if lines[i].top > 1 - EDGE_ZONE]
+        edges[page] = (top, [i for i in bottom if i not in top])
+    return edges
+
+
+def _number_of(text: str, alone: bool) -> int | None:
+    """The page number a furniture candidate carries: the whole line ('- 3 -', 'iv') when
+    `alone`, else a number at either end of a running header ('19 1.6. WEGE UND KNOTEN')."""
+    if alone:
+        match = _PAGE_NUMBER.match(text.strip())
+        return None if match is None else _page_value(match.group(1))
+    match = _EDGE_NUMBER.search(text.strip())
+    if match is None:
+        return None
+    return int(match.group(1) or match.group(2))
+
+
+def find_furniture(lines: list[Line]) -> set[int]:
+    """Indices of running headers, footers and page numbers (see the module docstring): from
+    each page edge inwards, lines are furniture until the first one that is not."""
+    edges = _edge_lines(lines)
+    body_size = body_style(lines)[0]
+    offsets: dict[int, set[int]] = defaultdict(set)
+    numbered: dict[int, int] = {}  # line index -> the offset of its number from the page's
+    texts: dict[str, set[int]] = defaultdict(set)
+    for page, (top, bottom) in edges.items():
+        for i in top + bottom:
+            if lines[i].size > body_size:
+                continue  # '2 Usage' set large at a page top: a heading, not a header
+            text = lines[i].text
+            if _mask(text).strip("0 "):
+                texts[_mask(text)].add(page)  # digits alone never count as repeated text
+            if i not in top[:1] + bottom[:1]:
+                continue  # a page number is the outermost line
+            for alone in (True, False):
+                value = _number_of(text, alone)
+                if value is not None and (alone or not _PAGE_NUMBER.match(text)):
+                    offsets[value - page].add(page)
+                    numbered[i] = value - page
+                    break
+    single = len(edges) == 1
+    shared = {o for o, on in offsets.items() if len(on) >= 2 or (single and o == 0)}
+    repeated = {t for t, on in texts.items() if len(on) >= REPEAT_PAGES}
+    out: set[int] = set()
+    for top, bottom in edges.values():
+        for side in (top, bottom):
+            for i in side:
+                if numbered.get(i) not in shared and _mask(lines[i].text) not in repeated:
+                    break
+                if lines[i].size > body_size:
+                    break
+                out.add(i)
+    return out
+
+
+def contents_lines(lines: list[Line]) -> set[int]:
+    """Indices of the entries of contents pages (never headings, never outline targets)."""
+    by_page: dict[int, list[int]] = defaultdict(list)
+    for i, line in enumerate(lines):
+        by_page[line.page].append(i)
+    out: set[int] = set()
+    for indices in by_page.values():
+        entries = [i for i in indices if _CONTENTS_ENTRY.search(lines[i].text)]
+        if len(entries) >= CONTENTS_MIN_LINES and len(entries) >= CONTENTS_SHARE * len(indices):
+            out.update(entries)
+    return out
+
+
+def body_style(lines: list[Line]) -> tuple[float, str]:
+    """The size and font most characters are set in."""
+    weight: Counter[float] = Counter()
+    fonts: Counter[str] = Counter()
+    for line in lines:
+        weight[line.size] += len(line.text)
+        fonts[line.font] += len(line.text)
+    return weight.most_common(1)[0][0], fonts.most_common(1)[0][0]
