@@ -48,7 +48,10 @@ if TYPE_CHECKING:
 HEADING_SCALE = 1.15  # a line this much larger than the body text is a heading candidate
 HEADING_MAX_CHARS = 150  # longer lines are body text set large (a pull quote), not a heading
 LABEL_MAX_CHARS = 30  # an unnumbered bold / sans line this short is a label heading ('Abstract')
-SAME_SIZE = 1.0  # points: title lines this close in size are one heading and one level
+CAPS_MIN_LETTERS = 4  # ... or one in capitals with this many letters ('RETURN POLICY')
+LABEL_GAP = 0.04  # share of the page height between two labels that makes each a heading
+SAME_SIZE = 1.0  # points: title lines this close in size are one heading and one level ...
+SAME_SIZE_SHARE = 0.1  # ... or this share of the larger size (a CJK font scaled to 0.96 of 19 pt)
 TITLE_MATCH = 0.8  # similarity (difflib ratio) at which page text is an outline entry's title
 HEADING_MAX_LINES = 3  # a longer run of large lines is text set large (a table), not a title
 OUTLINE_TRUST = 0.5  # share of outline entries that must be found on their pages to use it
@@ -57,7 +60,8 @@ _MONO = re.compile(r"Mono|TT|Courier|Code", re.IGNORECASE)
 _HEAVY = re.compile(
     r"Bold|BX|Bd|Black|Heavy|Semi|Demi|Medium|Gothic|Sans|Kaku|Go(?:Pr|Std|Pro|-)", re.IGNORECASE
 )
-_SENTENCE_END = re.compile(r"[.。:：,，、;；]$")
+_LABEL_END = re.compile(r"[.。,，、;；]$")  # a sentence, not a label ('Approval:' is one)
+_KEY_VALUE = re.compile(r"[:：]\s*\S")  # 'Report ID: SPARSE-2024': a field, not a label
 # '§ 2 Usage', '2.1 Format', 'A.1 Options', '第2章 使い方' (the number, then a title)
 _NUMBERED = re.compile(r"^(?:§\s*)?(\d{1,2}(?:\.\d{1,2}){0,3}|[A-Z](?:\.\d{1,2}){1,3})\.?\s+\S")
 
@@ -147,9 +151,40 @@ def outline_headings(
 
 
 def _number_depth(text: str) -> int:
-    """1 for '2 Usage' / '§ 2 Usage' / 'A Options', 2 for '2.1 ...', 0 when not numbered."""
+    """1 for '2 Usage' / '§ 2 Usage' / 'A Options', 2 for '2.1 ...', 0 when not numbered (or
+    the title starts in lower case)."""
     match = _NUMBERED.match(text)
-    return 0 if match is None else match.group(1).count(".") + 1
+    if match is None or text[match.end() - 1].islower():
+        return 0  # '2 oder zu einem Torus': a line of a formula, not a title
+    return match.group(1).count(".") + 1
+
+
+def _caps_label(text: str) -> bool:
+    """'PAYMENT METHOD', 'RETURN POLICY': a short line in capitals, no digits, not a sentence."""
+    letters = [ch for ch in text if ch.isalpha()]
+    return (
+        len(text) <= LABEL_MAX_CHARS
+        and len(letters) >= CAPS_MIN_LETTERS
+        and all(ch.isupper() for ch in letters)
+        and not any(ch.isdigit() for ch in text)
+        and not _LABEL_END.search(text)
+        and not text.endswith((":", "："))  # 'NOTES:', 'APPEARANCES:' over a list of fields
+    )
+
+
+def _in_table(lines: list[Line], i: int) -> bool:
+    """Whether the line before or after line i is a table row (more than `CELLS_MAX` runs)."""
+    return any(0 <= k < len(lines) and lines[k].cells > CELLS_MAX for k in (i - 1, i + 1))
+
+
+def _apart(line: Line, following: Line) -> bool:
+    """A label set well apart from the next line (a block of its own follows, not a list)."""
+    return following.page != line.page or following.top - line.top > LABEL_GAP
+
+
+def _same_size(a: float, b: float) -> bool:
+    """Whether two font sizes (points) set one heading level."""
+    return abs(a - b) <= max(SAME_SIZE, SAME_SIZE_SHARE * max(a, b))
 
 
 def _size_levels(sizes: set[float]) -> dict[float, int]:
@@ -158,7 +193,7 @@ def _size_levels(sizes: set[float]) -> dict[float, int]:
     levels: dict[float, int] = {}
     top: float | None = None
     for size in sorted(sizes, reverse=True):
-        if top is None or top - size > SAME_SIZE:
+        if top is None or not _same_size(top, size):
             top = size
         levels[size] = len(set(levels.values()) | {0}) if top == size else levels[top]
     return levels
@@ -176,8 +211,10 @@ def font_headings(
       (sans-serif or bold section heads); level after the large ones, by number depth. Of more
       than two in a row only the last is a heading: the others are a contents list.
       Larger lines right under the title, before any text (author, date), are text.
-    - label: a short unnumbered line in a bold or sans font ('Abstract', '概要'), at the level
-      of a first-depth numbered heading.
+    - label: a short unnumbered line in a bold or sans font ('Abstract', '概要', 'Approval:'),
+      or in capitals ('PAYMENT METHOD'), at the level of a first-depth numbered heading; not a
+      field ('Report ID: 1234'), a table cell (digits, or runs of text apart) or one of a list
+      of labels (of labels in a row only one set apart from the next is a heading).
 
     Never headings: a table row (more than `CELLS_MAX` runs of text far apart, or two ending in
     a number: 'GRAND TOTAL      5,738'; two headings side by side in two columns stay one), a
@@ -200,6 +237,8 @@ def font_headings(
             return "body"
         if line.size >= body * HEADING_SCALE:
             return "large"
+        if line.cells == 1 and _caps_label(line.text):
+            return "label"
         if line.font == body_font or _MONO.search(line.font):
             return "body"
         if len(line.text) <= HEADING_MAX_CHARS // 2 and _number_depth(line.text) > 0:
@@ -207,13 +246,18 @@ def font_headings(
         if (
             len(line.text) <= LABEL_MAX_CHARS
             and line.text[0].isalnum()
+            and not any(ch.isdigit() for ch in line.text)
             and _HEAVY.search(line.font)
-            and not _SENTENCE_END.search(line.text)
+            and not _LABEL_END.search(line.text)
+            and not _KEY_VALUE.search(line.text)
         ):
             return "label"
         return "body"
 
     kinds = ["body" if i in text_only else kind(line) for i, line in enumerate(lines)]
+    for i, line in enumerate(lines):
+        if kinds[i] == "label" and line.cells > 1 and _in_table(lines, i):
+            kinds[i] = "body"  # 'Continent   Asia   Europe' between rows of a table
     level_of = _size_levels({ln.size for ln, k in zip(lines, kinds, strict=True) if k == "large"})
     below = max(level_of.values(), default=0)
     headings: list[Heading] = []
@@ -227,14 +271,19 @@ def font_headings(
             while (
                 j < end
                 and kinds[j] == "large"
-                and abs(lines[j].size - line.size) <= SAME_SIZE
+                and _same_size(lines[j].size, line.size)
                 and lines[j].page == line.page
             ):
                 j += 1
             text = " ".join(ln.text for ln in lines[i:j])
             if j - i > HEADING_MAX_LINES or len(text) > HEADING_MAX_CHARS:
                 body_seen = True  # a table or a passage set large: text
-            elif title_size is not None and not body_seen and line.size < title_size - SAME_SIZE:
+            elif (
+                title_size is not None
+                and not body_seen
+                and line.size < title_size
+                and not _same_size(line.size, title_size)
+            ):
                 body_seen = True  # author / date lines under the title: text, not headings
             else:
                 headings.append(Heading(i, level_of[line.size], text, j - i))
@@ -246,7 +295,9 @@ def font_headings(
             for k in range(first, j):
                 level = below + _number_depth(lines[k].text)
                 headings.append(Heading(k, level, lines[k].text, 1))
-        elif kinds[i] == "label" and (j == len(lines) or kinds[j] == "body"):
+        elif kinds[i] == "label" and (
+            j == len(lines) or kinds[j] == "body" or _apart(line, lines[j])
+        ):
             headings.append(Heading(i, below + 1, line.text, 1))
         elif title_size is not None:
             body_seen = True

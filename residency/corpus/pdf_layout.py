@@ -9,7 +9,8 @@ What pdfium hands over and what is done with it:
   brace in a formula), U+FFFE/U+FFFF and stray soft hyphens are dropped; a tab becomes a space;
 - page furniture: among the three top and three bottom lines of every page, a line that carries the
   page's number (alone, 'Page 3 of 9', '- 3 -', 'iv', or at either end of a running header
-  '19 1.6. WEGE UND KNOTEN') with an offset from the page index that at least two pages share,
+  '19 1.6. WEGE UND KNOTEN') with an offset from the page index that at least two pages share
+  (or none: 'iii' on the third page),
   or a line whose text (digits masked) repeats there on at least `REPEAT_PAGES` pages;
 - a contents page: at least `CONTENTS_MIN_LINES` lines, and `CONTENTS_SHARE` of them, that end
   in a page number (dot leaders or not: '1.1 Topologische Räume . . . 2', '2 Second section iv').
@@ -85,6 +86,19 @@ def _box(raw_textpage: object, index: int) -> tuple[float, float, float, float]:
     return edges[0].value, edges[1].value, edges[2].value, edges[3].value
 
 
+def _size(raw_textpage: object, index: int) -> float:
+    """The size a character is set in, in points: the font size scaled by its text matrix (a PDF
+    may set every font at 1 pt and scale it with the matrix, where pdfium's font size says 1)."""
+    import pypdfium2.raw as pdfium_c
+
+    matrix = pdfium_c.FS_MATRIX()
+    size = float(pdfium_c.FPDFText_GetFontSize(raw_textpage, index))
+    if not pdfium_c.FPDFText_GetMatrix(raw_textpage, index, ctypes.byref(matrix)):
+        return size
+    scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5
+    return size * scale if scale > 0 else size
+
+
 def _cells(raw_textpage: object, text: str, first: int, last: int, size: float) -> int:
     """1 + the gaps wider than `CELL_GAP_EMS` x the font size between text[first:last+1]'s
     words (a table row set on one line: 'Year    2022    Claim #    SF-1008')."""
@@ -99,7 +113,6 @@ def _cells(raw_textpage: object, text: str, first: int, last: int, size: float) 
 def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
     """The page's lines in pdfium's reading order, each with its font size and position; a
     line that ends in a soft hyphen keeps it as U+00AD for `rejoin_hyphens`."""
-    import pypdfium2.raw as pdfium_c
 
     textpage = page.get_textpage()
     height = page.get_height() or 1.0
@@ -121,7 +134,7 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
                 last = match.end() - 1 - (len(raw_line) - len(raw_line.rstrip()))
                 middle = (first + last) // 2
                 picks = {first, last} | ({middle} if not text[middle].isspace() else set())
-                sizes = [pdfium_c.FPDFText_GetFontSize(textpage.raw, i) for i in picks]
+                sizes = [_size(textpage.raw, i) for i in picks]
                 size = round(statistics.median(sizes) / _SIZE_STEP) * _SIZE_STEP
                 font = _font_name(textpage.raw, first)
                 top = min(max(1.0 - _box(textpage.raw, first)[3] / height, 0.0), 1.0)
@@ -217,8 +230,7 @@ def find_furniture(lines: list[Line]) -> set[int]:
                     offsets[value - page].add(page)
                     numbered[i] = value - page
                     break
-    single = len(edges) == 1
-    shared = {o for o, on in offsets.items() if len(on) >= 2 or (single and o == 0)}
+    shared = {o for o, on in offsets.items() if len(on) >= 2 or o == 0}
     repeated = {t for t, on in texts.items() if len(on) >= REPEAT_PAGES}
     out: set[int] = set()
     for top, bottom in edges.values():
