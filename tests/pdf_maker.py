@@ -14,13 +14,24 @@ PAGE_WIDTH, PAGE_HEIGHT = 595, 842
 
 @dataclass(frozen=True, slots=True)
 class Text:
-    """One line of text: where it starts (points), its size, and whether it is bold."""
+    """One line of text: where it starts (points), its size, whether it is bold, and whether
+    the size is set by the text matrix on a 1 pt font (as some producers do)."""
 
     x: float
     y: float
     size: float
     text: str
     bold: bool = False
+    scaled: bool = False
+
+    def operators(self) -> bytes:
+        """The content-stream operators that draw it."""
+        font = b"F2" if self.bold else b"F1"
+        if self.scaled:
+            place = b"/%s 1 Tf %g 0 0 %g %g %g Tm" % (font, self.size, self.size, self.x, self.y)
+        else:
+            place = b"/%s %g Tf %g %g Td" % (font, self.size, self.x, self.y)
+        return b"BT %s (%s) Tj ET\n" % (place, _escape(self.text))
 
 
 def _escape(text: str) -> bytes:
@@ -44,11 +55,7 @@ def make_pdf(pages: list[list[Text]], outline: Sequence[tuple[str, int]] = ()) -
     )
     page_ids: list[int] = []
     for lines in pages:
-        stream = b"".join(
-            b"BT /%s %g Tf %g %g Td (%s) Tj ET\n"
-            % (b"F2" if t.bold else b"F1", t.size, t.x, t.y, _escape(t.text))
-            for t in lines
-        )
+        stream = b"".join(t.operators() for t in lines)
         content = add(b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream))
         page_ids.append(
             add(

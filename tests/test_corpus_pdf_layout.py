@@ -186,3 +186,50 @@ def test_an_outline_found_on_its_pages_is_used() -> None:
     drafts = _read(_outlined_pages(), right)
     assert _headings(drafts) == ["Foo", "Bar", "Baz"]
     assert [d.page for d in drafts] == [1, 2, 3]
+
+
+def test_sizes_set_by_the_text_matrix_still_make_headings() -> None:
+    page = [
+        Text(72, 760, 18, "Arial font", bold=True, scaled=True),
+        *(Text(72, 730 - 14 * k, 10, BODY, scaled=True) for k in range(5)),
+    ]
+    assert _headings(_read([page])) == ["Arial font"]
+
+
+def test_labels_fields_and_capitals() -> None:
+    page = [
+        Text(72, 780, 18, "INVENTORY REPORT", bold=True),
+        Text(72, 750, 10, "Report ID: SPARSE-2024", bold=True),
+        Text(72, 736, 10, "Prepared By: Sarah Martinez", bold=True),
+        *(Text(72, 716 - 14 * k, 10, BODY) for k in range(4)),
+        Text(72, 640, 10, "Recommendations:", bold=True),
+        *(Text(72, 626 - 14 * k, 10, BODY) for k in range(4)),
+        Text(72, 560, 10, "RETURN POLICY"),
+        Text(72, 546, 10, "Returns within 30 days."),
+        *(Text(72, 532 - 14 * k, 10, BODY) for k in range(4)),
+    ]
+    drafts = _read([page])
+    assert _headings(drafts) == ["INVENTORY REPORT", "Recommendations:", "RETURN POLICY"]
+    assert drafts[0].text.startswith("Report ID: SPARSE-2024\nPrepared By: Sarah Martinez")
+
+
+@pytest.mark.parametrize(
+    "pages",
+    [
+        [[Text(72, 760, 16, "DUMMY PDF FILE", bold=True)]],
+        [
+            [
+                Text(72, 760, 16, "Report", bold=True),
+                *(Text(72, 740 - 14 * k, 10, BODY) for k in range(4)),
+                Text(72, 600, 10, "Variance Analysis:", bold=True),
+                Text(72, 400, 10, "Summary Statistics:", bold=True),
+                Text(72, 386, 10, "Critical items: 1"),
+            ]
+        ],
+    ],
+    ids=["one-line-pdf", "label-over-a-chart"],
+)
+def test_a_heading_without_text_under_it_keeps_its_text(pages: list[list[Text]]) -> None:
+    text = _all_text(_read(pages))
+    for line in pages[0]:
+        assert line.text in text

@@ -305,6 +305,22 @@ def font_headings(
     return headings
 
 
+def keep_heading_text(headings: list[Heading], end: int) -> list[Heading]:
+    """The headings, less those that would lose their text: a heading with no text under it,
+    followed by one of its own level or higher or by the end ('Variance Analysis:' over a chart,
+    a one-line PDF), is body text of the section before (a section needs a body; a heading over
+    a subheading lives on in the subheading's title)."""
+    ordered = sorted(headings, key=lambda h: h.at)
+    out: list[Heading] = []
+    for k, heading in enumerate(ordered):
+        after = ordered[k + 1] if k + 1 < len(ordered) else None
+        empty = (after.at if after else end) <= heading.at + heading.consumed
+        if heading.consumed and empty and (after is None or after.level <= heading.level):
+            continue
+        out.append(heading)
+    return out
+
+
 def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
     """Sections of one PDF (ids ``<relpath>#<anchor>``; `Draft.line` is the start page)."""
     import pypdfium2 as pdfium
@@ -342,6 +358,7 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
             headings = font_headings(lines, stop, contents) + placed
     if not headings:
         headings = font_headings(lines, text_only=contents)
+    headings = keep_heading_text(headings, len(lines))
     builder = DraftBuilder(rel)
     at: dict[int, list[Heading]] = {}
     for heading in headings:

@@ -7,11 +7,12 @@ What pdfium hands over and what is done with it:
   'Praesent' + 'ipsum' (the word moves up, so the first line keeps whole words);
 - C0 control characters other than tab and newline (a '\\x04' proof box, a '\\x08' for a large
   brace in a formula), U+FFFE/U+FFFF and stray soft hyphens are dropped; a tab becomes a space;
-- page furniture: among the three top and three bottom lines of every page, a line that carries the
-  page's number (alone, 'Page 3 of 9', '- 3 -', 'iv', or at either end of a running header
-  '19 1.6. WEGE UND KNOTEN') with an offset from the page index that at least two pages share
-  (or none: 'iii' on the third page),
-  or a line whose text (digits masked) repeats there on at least `REPEAT_PAGES` pages;
+- page furniture: among the three top and three bottom lines of every page, from the edge
+  inwards, lines that carry the page's number (alone, 'Page 3 of 9', '- 3 -', 'iv', or at
+  either end of a running header '19 1.6. WEGE UND KNOTEN') with an offset from the page index
+  that at least two pages share (or none, on the outermost line: 'iii' on the third page), or
+  whose text repeats there on at least `REPEAT_PAGES` pages (digits masked; a line set larger
+  than the body text must repeat exactly);
 - a contents page: at least `CONTENTS_MIN_LINES` lines, and `CONTENTS_SHARE` of them, that end
   in a page number (dot leaders or not: '1.1 Topologische Räume . . . 2', '2 Second section iv').
 """
@@ -207,6 +208,16 @@ def _number_of(text: str, alone: bool) -> int | None:
     return int(match.group(1) or match.group(2))
 
 
+def _repeat_key(line: Line, body_size: float) -> str:
+    """What must repeat across pages for a line to be a running header: its text with digits
+    masked ('Page 0 of 0'), or for a line set larger than the body (a journal's name in the
+    margin, never a numbered heading '2 Usage') its exact text."""
+    if line.size > body_size:
+        return "=" + " ".join(line.text.split()).casefold()
+    masked = _mask(line.text)
+    return masked if masked.strip("0 ") else ""  # digits alone never count as repeated text
+
+
 def find_furniture(lines: list[Line]) -> set[int]:
     """Indices of running headers, footers and page numbers (see the module docstring): from
     each page edge inwards, lines are furniture until the first one that is not."""
@@ -217,28 +228,26 @@ def find_furniture(lines: list[Line]) -> set[int]:
     texts: dict[str, set[int]] = defaultdict(set)
     for page, (top, bottom) in edges.items():
         for i in top + bottom:
+            key = _repeat_key(lines[i], body_size)
+            if key:
+                texts[key].add(page)
             if lines[i].size > body_size:
-                continue  # '2 Usage' set large at a page top: a heading, not a header
-            text = lines[i].text
-            if _mask(text).strip("0 "):
-                texts[_mask(text)].add(page)  # digits alone never count as repeated text
-            if i not in top[:1] + bottom[:1]:
-                continue  # a page number is the outermost line
+                continue  # '2 Usage' set large at a page top: a heading, not a number
             for alone in (True, False):
-                value = _number_of(text, alone)
-                if value is not None and (alone or not _PAGE_NUMBER.match(text)):
+                value = _number_of(lines[i].text, alone)
+                if value is not None and (alone or not _PAGE_NUMBER.match(lines[i].text)):
                     offsets[value - page].add(page)
                     numbered[i] = value - page
                     break
-    shared = {o for o, on in offsets.items() if len(on) >= 2 or o == 0}
+    shared = {o for o, on in offsets.items() if len(on) >= 2}
     repeated = {t for t, on in texts.items() if len(on) >= REPEAT_PAGES}
     out: set[int] = set()
     for top, bottom in edges.values():
         for side in (top, bottom):
-            for i in side:
-                if numbered.get(i) not in shared and _mask(lines[i].text) not in repeated:
-                    break
-                if lines[i].size > body_size:
+            for n, i in enumerate(side):
+                offset = numbered.get(i)
+                number = offset in shared or (offset == 0 and n == 0)
+                if not number and _repeat_key(lines[i], body_size) not in repeated:
                     break
                 out.add(i)
     return out
