@@ -233,3 +233,27 @@ def test_a_heading_without_text_under_it_keeps_its_text(pages: list[list[Text]])
     text = _all_text(_read(pages))
     for line in pages[0]:
         assert line.text in text
+
+
+def test_a_letterhead_drawn_last_is_read_first() -> None:
+    """An estimate whose producer drew the table first and the letterhead last."""
+    page = [
+        *(Text(72, 600 - 14 * k, 10, f"{BODY} ({k})") for k in range(6)),
+        Text(72, 780, 20, "ZAVA AUTO REPAIR", bold=True),
+        Text(72, 750, 10, "Certified Collision Repair"),
+    ]
+    (draft,) = _read([page])
+    assert draft.title == "ZAVA AUTO REPAIR"
+    assert draft.text.startswith("Certified Collision Repair\n" + BODY)
+
+
+def test_a_large_line_ending_in_an_amount_is_a_row() -> None:
+    page = [
+        Text(72, 780, 18, "Estimate", bold=True),
+        Text(72, 750, 12, "Parts 2,100", bold=True),
+        Text(72, 730, 12, "Sales Tax 10.20%", bold=True),
+        *(Text(72, 700 - 12 * k, 9, BODY) for k in range(8)),
+    ]
+    (draft,) = _read([page])
+    assert draft.title == "Estimate"
+    assert draft.text.startswith("Parts 2,100\nSales Tax 10.20%")

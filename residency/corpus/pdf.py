@@ -54,12 +54,15 @@ SAME_SIZE = 1.0  # points: title lines this close in size are one heading and on
 SAME_SIZE_SHARE = 0.1  # ... or this share of the larger size (a CJK font scaled to 0.96 of 19 pt)
 TITLE_MATCH = 0.8  # similarity (difflib ratio) at which page text is an outline entry's title
 HEADING_MAX_LINES = 3  # a longer run of large lines is text set large (a table), not a title
+WRAP_STEP = 0.06  # share of the page height from one line of a wrapped title to the next
 OUTLINE_TRUST = 0.5  # share of outline entries that must be found on their pages to use it
 CELLS_MAX = 2  # a line of more text runs far apart (a table row) is not a heading
 _MONO = re.compile(r"Mono|TT|Courier|Code", re.IGNORECASE)
 _HEAVY = re.compile(
     r"Bold|BX|Bd|Black|Heavy|Semi|Demi|Medium|Gothic|Sans|Kaku|Go(?:Pr|Std|Pro|-)", re.IGNORECASE
 )
+# '9,800', '$45.00', '10.20%': a line ending in an amount is a table row, never a heading
+_AMOUNT = re.compile(r"^[-+]?[$€£¥]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$|^[-+]?[$€£¥]\d|^[-+]?\d[\d.,]*%$")
 _LABEL_END = re.compile(r"[.。,，、;；]$")  # a sentence, not a label ('Approval:' is one)
 _KEY_VALUE = re.compile(r"[:：]\s*\S")  # 'Report ID: SPARSE-2024': a field, not a label
 # '§ 2 Usage', '2.1 Format', 'A.1 Options', '第2章 使い方' (the number, then a title)
@@ -205,7 +208,8 @@ def font_headings(
     """Headings of a PDF without an outline, from how its lines are set.
 
     - large: at least `HEADING_SCALE` x the body size; sizes give the levels (largest first);
-      consecutive large lines of about one size are one (wrapped) heading; a run of more than
+      consecutive large lines of about one size, each right under the last, are one (wrapped)
+      heading; a run of more than
       `HEADING_MAX_LINES` lines or `HEADING_MAX_CHARS` chars is text set large (a table).
     - numbered: '§ 1 Usage', '2.1 Format' in another font than the body text but not larger
       (sans-serif or bold section heads); level after the large ones, by number depth. Of more
@@ -232,6 +236,7 @@ def font_headings(
             len(line.text) > HEADING_MAX_CHARS
             or line.cells > CELLS_MAX
             or (line.cells == CELLS_MAX and not any(c.isalpha() for c in line.text.split()[-1]))
+            or _AMOUNT.match(line.text.split()[-1])
             or not any(ch.isalpha() for ch in line.text)
         ):
             return "body"
@@ -272,6 +277,7 @@ def font_headings(
                 j < end
                 and kinds[j] == "large"
                 and _same_size(lines[j].size, line.size)
+                and 0 < lines[j].top - lines[j - 1].top <= WRAP_STEP
                 and lines[j].page == line.page
             ):
                 j += 1

@@ -35,6 +35,7 @@ EDGE_ZONE = 0.2  # ... when they are within this share of the page's height from
 CONTENTS_MIN_LINES = 3
 CONTENTS_SHARE = 0.4
 CELL_GAP_EMS = 2.0  # a horizontal gap this many font sizes wide separates table cells
+_LEVEL = 0.005  # share of the page height within which two lines start level
 _SIZE_STEP = 0.5  # font sizes are compared rounded to half a point
 _LINE = re.compile(r"[^\r\n]+")
 _SOFT_HYPHENS = "\ufffe\u00ad"
@@ -144,9 +145,23 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
             lines.append(
                 Line(stripped + ("\u00ad" if hyphen else ""), size, number, font, top, cells)
             )
-        return lines
+        return header_first(lines)
     finally:
         textpage.close()
+
+
+def header_first(lines: list[Line]) -> list[Line]:
+    """One page's lines with a letterhead drawn last moved to the front: when the page's stream
+    ends in lines that all sit above its first line, they are its top block, read first (in
+    order down the page). Columns are untouched: a second column starts level with the first."""
+    if len(lines) < 2:
+        return lines
+    start = len(lines)
+    while start > 1 and lines[start - 1].top < lines[0].top - _LEVEL:
+        start -= 1
+    if start == len(lines):
+        return lines
+    return sorted(lines[start:], key=lambda ln: ln.top) + lines[:start]
 
 
 def rejoin_hyphens(lines: list[Line]) -> list[Line]:
