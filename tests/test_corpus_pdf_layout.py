@@ -258,3 +258,12 @@ def test_a_large_line_ending_in_an_amount_is_a_row() -> None:
     (draft,) = _read([page])
     assert draft.title == "Estimate"
     assert "\nParts 2,100\nSales Tax 10.20%\n" in draft.text
+
+
+def test_text_set_off_the_page_is_not_read() -> None:
+    """A scan whose producer left a label outside the page box: no text layer a reader sees."""
+    drafts, skipped = read_pdf("scan.pdf", make_pdf([[Text(72, 900, 12, "Background")]]))
+    assert drafts == []
+    assert skipped[0].reason.startswith("PDF has no text layer (1 page(s)")
+    on_page = _read([[Text(72, 700, 12, "Visible"), Text(72, 900, 12, "Background")]])
+    assert _all_text(on_page).strip() == "Visible"

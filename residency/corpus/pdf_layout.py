@@ -114,10 +114,12 @@ def _cells(raw_textpage: object, text: str, first: int, last: int, size: float) 
 
 def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
     """The page's lines in pdfium's reading order, each with its font size and position; a
-    line that ends in a soft hyphen keeps it as U+00AD for `rejoin_hyphens`."""
+    line that ends in a soft hyphen keeps it as U+00AD for `rejoin_hyphens`. A line set outside
+    the page (text a producer moved off the paper) is not on the page: left out."""
 
     textpage = page.get_textpage()
-    height = page.get_height() or 1.0
+    page_left, page_bottom, page_right, page_top = page.get_bbox()
+    height = (page_top - page_bottom) or 1.0
     try:
         count = textpage.count_chars()
         text = textpage.get_text_range(0, count)
@@ -139,7 +141,15 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
                 sizes = [_size(textpage.raw, i) for i in picks]
                 size = round(statistics.median(sizes) / _SIZE_STEP) * _SIZE_STEP
                 font = _font_name(textpage.raw, first)
-                top = min(max(1.0 - _box(textpage.raw, first)[3] / height, 0.0), 1.0)
+                left, right, bottom, upper = _box(textpage.raw, first)
+                if (
+                    bottom > page_top
+                    or upper < page_bottom
+                    or left > page_right
+                    or right < page_left
+                ):
+                    continue  # off the page: no reader sees it
+                top = min(max((page_top - upper) / height, 0.0), 1.0)
                 if len(stripped) <= 200:
                     cells = _cells(textpage.raw, text, first, last, size)
             lines.append(
