@@ -183,10 +183,10 @@ def test_equations_are_text_in_their_sentence() -> None:
     body = p(
         r("For ")
         + f"<m:oMath>{mr('m=1')}</m:oMath>"
-        + r(", sinθ = ")
-        + f"<m:oMath>{frac}</m:oMath>"
+        + r(", ")
+        + f"<m:oMath>{mr(SIN + 'θ=')}{frac}</m:oMath>"
     )
-    assert _text(_read(make_docx(body))) == "For m=1, sinθ = m/a"
+    assert _text(_read(make_docx(body))) == "For m=1, sin θ=m/a"
 
 
 def test_a_strict_ooxml_file_is_read() -> None:

@@ -30,7 +30,8 @@ W = f"{{{W_NS}}}"
 M = f"{{{M_NS}}}"
 _SKIP = {f"{W}{t}" for t in ("pPr", "rPr", "del", "moveFrom", "instrText", "delText", "tblPr")}
 _SKIP |= {f"{{{MC_NS}}}Fallback", f"{W}commentReference", f"{W}sectPr"}
-_INVISIBLE = dict.fromkeys(range(0x2061, 0x2065))
+# U+2061 FUNCTION APPLICATION reads as a space ('sin θ'); invisible times / separator / plus go
+_INVISIBLE = {0x2061: " ", 0x2062: None, 0x2063: None, 0x2064: None}
 _ROMAN = [(10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")]
 
 
@@ -162,7 +163,7 @@ def omml_text(el: Any) -> str:
     if el is None:
         return ""
     tag = el.tag
-    if tag == f"{M}r":  # U+2061-2064: invisible operators (function application, ...)
+    if tag == f"{M}r":
         text = "".join(t.text or "" for t in el.iter(f"{M}t", f"{W}t"))
         return text.translate(_INVISIBLE)
     if tag == f"{M}f":
