@@ -207,9 +207,15 @@ def test_labels_fields_and_capitals() -> None:
         Text(72, 560, 10, "RETURN POLICY"),
         Text(72, 546, 10, "Returns within 30 days."),
         *(Text(72, 532 - 14 * k, 10, BODY) for k in range(4)),
+        Text(72, 460, 10, "NOTES:", bold=True),  # capitals over a list of notes: text
+        Text(72, 446, 10, "*Refers to frames and receivers."),
+        Text(72, 420, 14, "*TXN98765202411231432*", bold=True),  # a barcode's digits
+        Text(72, 400, 10, "Thank you for shopping!"),
     ]
     drafts = _read([page])
     assert _headings(drafts) == ["INVENTORY REPORT", "Recommendations:", "RETURN POLICY"]
+    assert "NOTES:\n*Refers" in drafts[-1].text
+    assert "*TXN98765202411231432*\nThank you" in drafts[-1].text
     assert drafts[0].text.startswith("Report ID: SPARSE-2024\nPrepared By: Sarah Martinez")
 
 

@@ -171,7 +171,7 @@ def _caps_label(text: str) -> bool:
         and all(ch.isupper() for ch in letters)
         and not any(ch.isdigit() for ch in text)
         and not _LABEL_END.search(text)
-        and not text.endswith((":", "："))  # 'NOTES:', 'APPEARANCES:' over a list of fields
+        and not text.endswith((":", "："))  # 'NOTES:', 'APPEARANCES:' over a list of items
     )
 
 
@@ -214,7 +214,8 @@ def font_headings(
     - numbered: '§ 1 Usage', '2.1 Format' in another font than the body text but not larger
       (sans-serif or bold section heads); level after the large ones, by number depth. Of more
       than two in a row only the last is a heading: the others are a contents list.
-      Larger lines right under the title, before any text (author, date), are text.
+      Larger lines right under the title, before any text (author, date), are text; so are
+      those under the title repeated (a letterhead).
     - label: a short unnumbered line in a bold or sans font ('Abstract', '概要', 'Approval:'),
       or in capitals ('PAYMENT METHOD'), at the level of a first-depth numbered heading; not a
       field ('Report ID: 1234'), a table cell (digits, or runs of text apart) or one of a list
@@ -222,7 +223,8 @@ def font_headings(
 
     Never headings: a table row (more than `CELLS_MAX` runs of text far apart, or two ending in
     a number: 'GRAND TOTAL      5,738'; two headings side by side in two columns stay one), a
-    line without a letter, and the lines in `text_only` (contents entries).
+    line with more digits than letters ('*TXN9876520241123*'), and the lines in `text_only`
+    (contents entries).
 
     The statistics (body size and font) come from every line; headings are looked for only in
     lines[:stop] (an outlined PDF: its title page, before the first outline entry).
@@ -237,6 +239,7 @@ def font_headings(
             or line.cells > CELLS_MAX
             or (line.cells == CELLS_MAX and not any(c.isalpha() for c in line.text.split()[-1]))
             or _AMOUNT.match(line.text.split()[-1])
+            or sum(ch.isalpha() for ch in line.text) < sum(ch.isdigit() for ch in line.text)
             or not any(ch.isalpha() for ch in line.text)
         ):
             return "body"
@@ -255,6 +258,7 @@ def font_headings(
             and _HEAVY.search(line.font)
             and not _LABEL_END.search(line.text)
             and not _KEY_VALUE.search(line.text)
+            and not (line.text.endswith((":", "：")) and line.text.isupper())
         ):
             return "label"
         return "body"
@@ -268,6 +272,7 @@ def font_headings(
     headings: list[Heading] = []
     end = len(lines) if stop is None else stop
     title_size: float | None = None  # the first heading's size
+    title = ""
     body_seen = False
     i = 0
     while i < end:
@@ -293,7 +298,10 @@ def font_headings(
                 body_seen = True  # author / date lines under the title: text, not headings
             else:
                 headings.append(Heading(i, level_of[line.size], text, j - i))
-                title_size = line.size if title_size is None else title_size
+                if title_size is None:
+                    title_size, title = line.size, text
+                elif text == title:
+                    body_seen = False  # the letterhead again (a second invoice): its lines too
         elif kinds[i] == "numbered":
             while j < end and kinds[j] == "numbered":
                 j += 1
