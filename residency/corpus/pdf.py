@@ -33,14 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from residency.corpus.drafts import Draft, DraftBuilder
 from residency.corpus.model import SkippedInput
-from residency.corpus.pdf_layout import (
-    Line,
-    body_style,
-    contents_lines,
-    find_furniture,
-    page_lines,
-    rejoin_hyphens,
-)
+from residency.corpus.pdf_layout import Line, body_style, contents_lines, document_lines
 
 if TYPE_CHECKING:
     import pypdfium2
@@ -239,7 +232,6 @@ def font_headings(
             or line.cells > CELLS_MAX
             or (line.cells == CELLS_MAX and not any(c.isalpha() for c in line.text.split()[-1]))
             or _AMOUNT.match(line.text.split()[-1])
-            or sum(ch.isalpha() for ch in line.text) < sum(ch.isdigit() for ch in line.text)
             or not any(ch.isalpha() for ch in line.text)
         ):
             return "body"
@@ -264,6 +256,11 @@ def font_headings(
         return "body"
 
     kinds = ["body" if i in text_only else kind(line) for i, line in enumerate(lines)]
+    for i, line in enumerate(lines):
+        if kinds[i] != "body" and sum(c.isdigit() for c in line.text) > sum(
+            c.isalpha() for c in line.text
+        ):
+            kinds[i] = "body"  # '*TXN98765202411231432*', 'Phone: (425) 000-0000'.
     for i, line in enumerate(lines):
         if kinds[i] == "label" and line.cells > 1 and _in_table(lines, i):
             kinds[i] = "body"  # 'Continent   Asia   Europe' between rows of a table
@@ -349,7 +346,7 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
             reason = f"cannot read PDF ({message})"
         return [], [SkippedInput(file=rel, line=0, reason=reason)]
     try:
-        lines = [line for n in range(len(doc)) for line in page_lines(doc[n], n + 1)]
+        lines = document_lines(doc)
         entries = _outline(doc)
         pages = len(doc)
     finally:
@@ -360,9 +357,6 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
             "OCR it first (e.g. ocrmypdf) to index it"
         )
         return [], [SkippedInput(file=rel, line=0, reason=reason)]
-    furniture = find_furniture(lines)
-    kept = [line for i, line in enumerate(lines) if i not in furniture] or lines
-    lines = rejoin_hyphens(kept)
     contents = frozenset(contents_lines(lines))
     headings: list[Heading] = []
     if entries:  # the outline, trusted when most of its titles are on their pages

@@ -35,6 +35,7 @@ EDGE_ZONE = 0.2  # ... when they are within this share of the page's height from
 CONTENTS_MIN_LINES = 3
 CONTENTS_SHARE = 0.4
 CELL_GAP_EMS = 2.0  # a horizontal gap this many font sizes wide separates table cells
+CELLS_MAX_CHARS = 200  # longer lines are text, never headings: their cells are not measured
 _LEVEL = 0.005  # share of the page height within which two lines start level
 _SIZE_STEP = 0.5  # font sizes are compared rounded to half a point
 _LINE = re.compile(r"[^\r\n]+")
@@ -49,7 +50,7 @@ _PAGE_NUMBER = re.compile(
 )
 _EDGE_NUMBER = re.compile(r"^(\d{1,4})\s+\S|\S\s+(\d{1,4})$")
 # a contents entry: text, optional dot leaders, a page number ('2 Second section iv')
-_CONTENTS_ENTRY = re.compile(r"\w.*?(?:\s*(?:\.\s*){2,}|\s+)(\d{1,4}|[ivxlc]{1,7})$", re.IGNORECASE)
+_PAGE_TOKEN = re.compile(r"^(?:\d{1,4}|[ivxlc]{1,7})$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,8 @@ class Line:
     page: int  # 1-based
     font: str = ""  # the font of its first character (subset prefix dropped)
     top: float = 0.5  # where the line starts down the page, 0 = top edge, 1 = bottom edge
-    cells: int = 1  # text runs separated by wide gaps (a table row has several)
+    cells: int = 1  # text runs separated by wide gaps (a table row has several; `_measure_cells`)
+    span: tuple[int, int] = (0, 0)  # its first and last character in the page's text
 
 
 def clean_text(text: str) -> str:
@@ -104,11 +106,17 @@ def _size(raw_textpage: object, index: int) -> float:
 def _cells(raw_textpage: object, text: str, first: int, last: int, size: float) -> int:
     """1 + the gaps wider than `CELL_GAP_EMS` x the font size between text[first:last+1]'s
     words (a table row set on one line: 'Year    2022    Claim #    SF-1008')."""
+    import pypdfium2.raw as pdfium_c
+
+    edges = [ctypes.c_double() for _ in range(4)]
+    refs = [ctypes.byref(e) for e in edges]
     gaps = 0
     for k in range(first + 1, last):
         if text[k] == " " and not text[k - 1].isspace() and not text[k + 1].isspace():
-            gap = _box(raw_textpage, k + 1)[0] - _box(raw_textpage, k - 1)[1]
-            gaps += gap > CELL_GAP_EMS * max(size, 1.0)
+            pdfium_c.FPDFText_GetCharBox(raw_textpage, k - 1, *refs)
+            end = edges[1].value
+            pdfium_c.FPDFText_GetCharBox(raw_textpage, k + 1, *refs)
+            gaps += edges[0].value - end > CELL_GAP_EMS * max(size, 1.0)
     return gaps + 1
 
 
@@ -132,7 +140,7 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
             stripped = clean_text(stripped).strip()
             if not stripped:
                 continue
-            size, font, top, cells = 0.0, "", 0.5, 1
+            size, font, top, span = 0.0, "", 0.5, (0, 0)
             if aligned:
                 first = match.start() + len(raw_line) - len(raw_line.lstrip())
                 last = match.end() - 1 - (len(raw_line) - len(raw_line.rstrip()))
@@ -150,12 +158,10 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
                 ):
                     continue  # off the page: no reader sees it
                 top = min(max((page_top - upper) / height, 0.0), 1.0)
-                if len(stripped) <= 200:
-                    cells = _cells(textpage.raw, text, first, last, size)
-            lines.append(
-                Line(stripped + ("\u00ad" if hyphen else ""), size, number, font, top, cells)
-            )
-        return header_first(lines)
+                span = (first, last)
+            marked = stripped + ("\u00ad" if hyphen else "")
+            lines.append(Line(marked, size, number, font, top, span=span))
+        return header_first(_measure_cells(textpage.raw, text, lines) if aligned else lines)
     finally:
         textpage.close()
 
@@ -172,6 +178,50 @@ def header_first(lines: list[Line]) -> list[Line]:
     if start == len(lines):
         return lines
     return sorted(lines[start:], key=lambda ln: ln.top) + lines[:start]
+
+
+def document_lines(doc: pypdfium2.PdfDocument) -> list[Line]:
+    """Every page's lines, page furniture left out, soft hyphens rejoined."""
+    lines = [line for n in range(len(doc)) for line in page_lines(doc[n], n + 1)]
+    if not lines:
+        return []
+    furniture = find_furniture(lines)
+    kept = [line for i, line in enumerate(lines) if i not in furniture] or lines
+    return rejoin_hyphens(kept)
+
+
+def _measure_cells(raw_textpage: object, text: str, lines: list[Line]) -> list[Line]:
+    """`Line.cells` of one page's lines that could be headings (larger than most of the page's
+    text, in another font and short or numbered, or in capitals), and of the neighbours of those
+    with several runs; a character box costs a call into pdfium, so body text stays at one."""
+    if not lines:
+        return lines
+    size, font = body_style(lines)
+    wanted: set[int] = set()
+    for i, line in enumerate(lines):
+        text_i = line.text
+        if len(text_i) > CELLS_MAX_CHARS:
+            continue
+        if (
+            line.size > size
+            or text_i.isupper()
+            or (line.font != font and (len(text_i) <= 40 or text_i[:1].isdigit()))
+        ):
+            wanted.add(i)
+    out = list(lines)
+
+    def measure(i: int) -> None:
+        first, last = lines[i].span
+        if last > first and out[i] is lines[i]:
+            out[i] = replace(lines[i], cells=_cells(raw_textpage, text, first, last, lines[i].size))
+
+    for i in wanted:
+        measure(i)
+        if out[i].cells > 1:  # a table row, or a label in a table: the rows around it tell
+            for k in (i - 1, i + 1):
+                if 0 <= k < len(lines):
+                    measure(k)
+    return out
 
 
 def rejoin_hyphens(lines: list[Line]) -> list[Line]:
@@ -278,6 +328,13 @@ def find_furniture(lines: list[Line]) -> set[int]:
     return out
 
 
+def _contents_entry(text: str) -> bool:
+    """'1.1 Topologische Räume . . . 2', '2 Second section iv': words, then a page number."""
+    head, _, last = text.rpartition(" ")
+    head = head.rstrip(". ")
+    return bool(head) and _PAGE_TOKEN.match(last) is not None and any(c.isalpha() for c in head)
+
+
 def contents_lines(lines: list[Line]) -> set[int]:
     """Indices of the entries of contents pages (never headings, never outline targets)."""
     by_page: dict[int, list[int]] = defaultdict(list)
@@ -285,7 +342,7 @@ def contents_lines(lines: list[Line]) -> set[int]:
         by_page[line.page].append(i)
     out: set[int] = set()
     for indices in by_page.values():
-        entries = [i for i in indices if _CONTENTS_ENTRY.search(lines[i].text)]
+        entries = [i for i in indices if _contents_entry(lines[i].text)]
         if len(entries) >= CONTENTS_MIN_LINES and len(entries) >= CONTENTS_SHARE * len(indices):
             out.update(entries)
     return out
