@@ -184,7 +184,7 @@ def test_an_outline_whose_titles_are_not_on_its_pages_is_not_trusted() -> None:
 def test_an_outline_found_on_its_pages_is_used() -> None:
     right = [("Foo", 0), ("Bar", 1), ("Baz", 2)]
     drafts = _read(_outlined_pages(), right)
-    assert _headings(drafts) == ["Foo", "Bar", "Baz"]
+    assert _headings(drafts) == ["1 Foo", "2 Bar", "3 Baz"]  # the page's numbers kept
     assert [d.page for d in drafts] == [1, 2, 3]
 
 

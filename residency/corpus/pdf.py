@@ -116,6 +116,15 @@ def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[in
     return None if best is None else (best[1], best[2])
 
 
+def _numbered_title(shown: str, title: str) -> str:
+    """The outline's wording, with the section number the page sets before it ('1 Foo' for
+    the entry 'Foo'): what a reader sees, and distinct where titles repeat."""
+    match = _NUMBERED.match(shown)
+    if match is None or _NUMBERED.match(title) or not _key(shown).endswith(_key(title)):
+        return title
+    return f"{match.group(1)} {title}"
+
+
 def outline_headings(
     lines: list[Line], entries: list[tuple[int, str, int]]
 ) -> tuple[list[Heading], int]:
@@ -135,7 +144,8 @@ def outline_headings(
         first, end = bounds[page]
         found = _find_title(lines, max(first, cursor), end, title)
         if found is not None:
-            heading = Heading(found[0], level, title, found[1])
+            shown = " ".join(ln.text for ln in lines[found[0] : found[0] + found[1]])
+            heading = Heading(found[0], level, _numbered_title(shown, title), found[1])
             found_count += 1
         elif cursor <= first:
             heading = Heading(first, level, title, 0)
