@@ -12,8 +12,9 @@ Headings, in order of trust:
 
 1. The document outline (bookmarks), when at least `OUTLINE_TRUST` of its entries are found on
    their pages (a wrong outline is ignored): each entry's title is looked up on its destination
-   page; the matching line becomes the heading (the outline's wording is kept). An entry whose
-   text is not on its page starts its section at the top of that page.
+   page; the matching line becomes the heading (the outline's wording, with the section number
+   the page sets before it). An entry whose text is not on its page starts its section at the
+   top of that page.
 2. Without an outline: lines set in a font at least `HEADING_SCALE` x the body size (the size
    most characters are set in), at most `HEADING_MAX_CHARS` long. Distinct heading sizes give the
    levels (largest = 1); consecutive heading lines of one size are one heading (a wrapped title,
