@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from residency.corpus.drafts import Draft
 from residency.corpus.model import SkippedInput
 
-READER_VERSION = "2"  # 1: regex Markdown splitter, .md/.txt/.jsonl; 2: CommonMark, PDF, HTML, DOCX
+READER_VERSION = "3"  # 1: regex Markdown splitter, .md/.txt/.jsonl; 2: CommonMark, PDF, HTML, DOCX;
+# 3: PDF page furniture, soft hyphens and headings, DOCX text boxes, notes and equations
 
 BinaryReader = Callable[[str, bytes], tuple[list[Draft], list[SkippedInput]]]
 
