@@ -200,3 +200,24 @@ def test_a_file_that_is_not_a_docx_is_skipped_with_the_reason() -> None:
     drafts, skipped = read_docx("old.docx", b"\xd0\xcf\x11\xe0 a Word 97 file")
     assert drafts == []
     assert "not .doc or encrypted" in skipped[0].reason
+
+
+def test_ruby_keeps_its_base_text_and_a_table_of_contents_is_left_out() -> None:
+    ruby = (
+        "<w:r><w:ruby><w:rt><w:r><w:t>かんじ</w:t></w:r></w:rt>"
+        "<w:rubyBase><w:r><w:t>漢字</w:t></w:r></w:rubyBase></w:ruby></w:r>"
+    )
+    toc = (
+        "<w:sdt><w:sdtPr><w:docPartObj>"
+        '<w:docPartGallery w:val="Table of Contents"/></w:docPartObj></w:sdtPr>'
+        f"<w:sdtContent>{p(r('目次'))}{p(r('はじめに 3'))}</w:sdtContent></w:sdt>"
+    )
+    body = toc + p(r("はじめに"), heading=1) + p(ruby + r("の読み方。"))
+    (draft,) = _read(make_docx(body))
+    assert draft.title == "はじめに"
+    assert draft.text == "漢字の読み方。"
+
+
+def test_a_content_control_other_than_contents_is_read() -> None:
+    control = f"<w:sdt><w:sdtPr/><w:sdtContent>{p(r('Filled in field.'))}</w:sdtContent></w:sdt>"
+    assert _text(_read(make_docx(control + p(r("After."))))) == "Filled in field.\n\nAfter."

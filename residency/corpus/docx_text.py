@@ -9,7 +9,8 @@ a paragraph's XML is walked whole:
   tabs become spaces, breaks newlines;
 - dropped: deleted and moved-away text (``w:del``, ``w:moveFrom``), field codes, comments (only
   their reference marks are in the paragraph), the ``mc:Fallback`` copy of a text box or drawing
-  (its ``mc:Choice`` is read, so a text box is read once);
+  (its ``mc:Choice`` is read, so a text box is read once), ruby (furigana) readings over their
+  base text (``w:rt``: '漢字', not 'かんじ漢字'), Word's table of contents (a content control);
 - a text box (``w:txbxContent``) is read as paragraphs of its own, placed after its anchor's;
 - a footnote / endnote reference leaves its mark, '[1]' / '[i]', and the note's text follows the
   paragraph as '[1] The note.';
@@ -29,7 +30,7 @@ MC_NS = "http://schemas.openxmlformats.org/markup-compatibility/2006"
 W = f"{{{W_NS}}}"
 M = f"{{{M_NS}}}"
 _SKIP = {f"{W}{t}" for t in ("pPr", "rPr", "del", "moveFrom", "instrText", "delText", "tblPr")}
-_SKIP |= {f"{{{MC_NS}}}Fallback", f"{W}commentReference", f"{W}sectPr"}
+_SKIP |= {f"{{{MC_NS}}}Fallback", f"{W}commentReference", f"{W}sectPr", f"{W}rt"}
 # U+2061 FUNCTION APPLICATION reads as a space ('sin θ'); invisible times / separator / plus go
 _INVISIBLE = {0x2061: " ", 0x2062: None, 0x2063: None, 0x2064: None}
 _ROMAN = [(10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")]
@@ -111,8 +112,17 @@ def iter_blocks(container: Any) -> Iterator[Any]:
         tag = child.tag
         if tag in (f"{W}p", f"{W}tbl"):
             yield child
+        elif tag == f"{W}sdt" and _is_contents(child):
+            continue  # Word's table of contents: the headings themselves follow
         elif tag in (f"{W}sdt", f"{W}sdtContent", f"{W}customXml", f"{W}ins"):
             yield from iter_blocks(child)
+
+
+def _is_contents(sdt: Any) -> bool:
+    """Whether a content control is Word's table of contents (its entries end in page
+    numbers and repeat the headings)."""
+    gallery = sdt.find(f"{W}sdtPr/{W}docPartObj/{W}docPartGallery")
+    return gallery is not None and gallery.get(f"{W}val") == "Table of Contents"
 
 
 def table_rows(tbl: Any, cell_text: Callable[[Any], str]) -> list[str]:
