@@ -221,3 +221,20 @@ def test_ruby_keeps_its_base_text_and_a_table_of_contents_is_left_out() -> None:
 def test_a_content_control_other_than_contents_is_read() -> None:
     control = f"<w:sdt><w:sdtPr/><w:sdtContent>{p(r('Filled in field.'))}</w:sdtContent></w:sdt>"
     assert _text(_read(make_docx(control + p(r("After."))))) == "Filled in field.\n\nAfter."
+
+
+def test_a_heading_with_no_text_under_it_is_kept_as_text() -> None:
+    (alone,) = _read(make_docx(p(r("A Numbered Header."), heading=1)))
+    assert alone.text == "A Numbered Header."
+    body = (
+        p(r("Guide"), heading=1)
+        + p(r("Intro text."))
+        + p(r("Empty chapter"), heading=1)
+        + p(r("Usage"), heading=1)
+        + p(r("Run it."))
+    )
+    drafts = _read(make_docx(body))
+    assert [(d.title, d.text) for d in drafts] == [
+        ("Guide", "Intro text.\n\nEmpty chapter"),
+        ("Usage", "Run it."),
+    ]

@@ -152,7 +152,7 @@ def read_docx(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
         return [], [SkippedInput(file=rel, line=0, reason=problem or "cannot read DOCX")]
     body = document.element.body
     notes, refs = _notes(document), NoteRefs()
-    builder = DraftBuilder(rel)
+    events: list[tuple[int | None, str, int, str]] = []  # (heading level or None, text, n, sep)
     cited: list[tuple[str, str, str]] = []
 
     def cell_text(tc: Any) -> str:
@@ -170,28 +170,37 @@ def read_docx(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
     def emit_notes() -> None:
         for kind, note_id, mark in cited:
             if notes.get((kind, note_id)):
-                builder.body(f"[{mark}] {notes[(kind, note_id)]}", sep="\n")
+                events.append((None, f"[{mark}] {notes[(kind, note_id)]}", 0, "\n"))
         cited.clear()
 
     def emit(container: Any, headings: bool) -> None:
         for n, block in enumerate(iter_blocks(container), start=1):
             if block.tag == f"{W}tbl":
-                builder.body("\n".join(table_rows(block, cell_text)), sep="\n\n")
+                events.append((None, "\n".join(table_rows(block, cell_text)), n, "\n\n"))
                 emit_notes()
                 continue
             paragraph = read_paragraph(block, refs)
             text = paragraph.text.strip()
             level = heading_level(DocxParagraph(block, document)) if headings and text else None
             if level is not None:
-                builder.heading(level, " ".join(text.split()), n)
+                events.append((level, " ".join(text.split()), n, ""))
             elif text:
-                builder.body(text, sep="\n\n")
+                events.append((None, text, n, "\n\n"))
             for box in paragraph.boxes:
                 emit(box, headings=False)
             cited.extend(paragraph.notes)
             emit_notes()
 
     emit(body, headings=True)
+    builder = DraftBuilder(rel)
+    for k, (level, text, n, sep) in enumerate(events):
+        following = next((e[0] for e in events[k + 1 :] if e[1]), -1)
+        if level is None or (following is not None and following <= level):
+            # text, or a heading with no text under it ('A Numbered Header.' alone, a heading
+            # right before one of its level): kept as text, never dropped
+            builder.body(text, sep=sep or "\n\n")
+        else:
+            builder.heading(level, text, n)
     drafts = builder.finish()
     if not drafts:
         return [], [SkippedInput(file=rel, line=0, reason="no text in the document body")]
