@@ -273,3 +273,19 @@ def test_text_set_off_the_page_is_not_read() -> None:
     assert skipped[0].reason.startswith("PDF has no text layer (1 page(s)")
     on_page = _read([[Text(72, 700, 12, "Visible"), Text(72, 900, 12, "Background")]])
     assert _all_text(on_page).strip() == "Visible"
+
+
+@pytest.mark.parametrize(
+    ("rise", "expected"),
+    [(4, "S2 lässt sich"), (8, "S 2 lässt sich")],  # pdfium breaks after it, or around it
+    ids=["break-after", "break-around"],
+)
+def test_a_superscript_and_the_text_after_it_stay_on_their_line(rise: int, expected: str) -> None:
+    page = [
+        Text(72, 760, 10, "Die Kugeloberfläche S"),
+        Text(170, 760 + rise, 7, "2"),
+        Text(176, 760, 10, "lässt sich verformen."),
+        Text(72, 746, 10, "Next line of the paragraph."),
+    ]
+    (draft,) = _read([page])
+    assert draft.text == f"Die Kugeloberfläche {expected} verformen.\nNext line of the paragraph."

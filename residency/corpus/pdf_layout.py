@@ -36,6 +36,7 @@ CONTENTS_MIN_LINES = 3
 CONTENTS_SHARE = 0.4
 CELL_GAP_EMS = 2.0  # a horizontal gap this many font sizes wide separates table cells
 CELLS_MAX_CHARS = 200  # longer lines are text, never headings: their cells are not measured
+JOIN_EMS = 0.6  # a piece of text starting this many font sizes from a line's top is on it
 _LEVEL = 0.005  # share of the page height within which two lines start level
 _SIZE_STEP = 0.5  # font sizes are compared rounded to half a point
 _LINE = re.compile(r"[^\r\n]+")
@@ -64,6 +65,9 @@ class Line:
     top: float = 0.5  # where the line starts down the page, 0 = top edge, 1 = bottom edge
     cells: int = 1  # text runs separated by wide gaps (a table row has several; `_measure_cells`)
     span: tuple[int, int] = (0, 0)  # its first and last character in the page's text
+    left: float = 0.0  # points: the left edge of its first character ...
+    right: float = 0.0  # ... and the right edge of its last
+    height: float = 842.0  # points: its page's height
 
 
 def clean_text(text: str) -> str:
@@ -112,10 +116,13 @@ def _cells(raw_textpage: object, text: str, first: int, last: int, size: float) 
     refs = [ctypes.byref(e) for e in edges]
     gaps = 0
     for k in range(first + 1, last):
-        if text[k] == " " and not text[k - 1].isspace() and not text[k + 1].isspace():
+        if text[k].isspace() and not text[k - 1].isspace():
+            after = k + 1
+            while after < last and text[after].isspace():
+                after += 1  # a space, or the line break between parts set on one baseline
             pdfium_c.FPDFText_GetCharBox(raw_textpage, k - 1, *refs)
             end = edges[1].value
-            pdfium_c.FPDFText_GetCharBox(raw_textpage, k + 1, *refs)
+            pdfium_c.FPDFText_GetCharBox(raw_textpage, after, *refs)
             gaps += edges[0].value - end > CELL_GAP_EMS * max(size, 1.0)
     return gaps + 1
 
@@ -159,11 +166,48 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
                     continue  # off the page: no reader sees it
                 top = min(max((page_top - upper) / height, 0.0), 1.0)
                 span = (first, last)
+                edges = (left, _box(textpage.raw, last)[1])
+            else:
+                edges = (0.0, 0.0)
             marked = stripped + ("\u00ad" if hyphen else "")
-            lines.append(Line(marked, size, number, font, top, span=span))
-        return header_first(_measure_cells(textpage.raw, text, lines) if aligned else lines)
+            lines.append(Line(marked, size, number, font, top, 1, span, *edges, height))
+        if not aligned:
+            return lines
+        return header_first(_measure_cells(textpage.raw, text, join_baselines(lines)))
     finally:
         textpage.close()
+
+
+def join_baselines(lines: list[Line]) -> list[Line]:
+    """Pieces of one printed line that pdfium set on lines of their own made one line again: a
+    superscript or subscript and the text after it ('S' + '2' + 'lässt sich' -> 'S 2 lässt
+    sich'), a footnote mark. A piece joins the line before, after a space, when it starts within
+    `JOIN_EMS` of that line's top and to the right of its end (a soft hyphen joins without)."""
+    out: list[Line] = []
+    for line in lines:
+        prev = out[-1] if out else None
+        em = max(line.size, prev.size if prev else 0.0, 1.0)
+        if (
+            prev is None
+            or abs(line.top - prev.top) * line.height >= JOIN_EMS * em
+            or line.left < prev.right - 0.5 * em
+            or line.right <= line.left
+        ):
+            out.append(line)
+            continue
+        head, sep = prev.text, " "
+        if head.endswith("\u00ad"):
+            head, sep = head[:-1], ""
+        base = prev if len(prev.text) >= len(line.text) else line
+        out[-1] = replace(
+            prev,
+            text=head + sep + line.text,
+            size=base.size,
+            font=prev.font,
+            span=(prev.span[0], line.span[1]),
+            right=line.right,
+        )
+    return out
 
 
 def header_first(lines: list[Line]) -> list[Line]:
