@@ -5,8 +5,9 @@ Why pypdfium2: on the shipped test PDFs it kept >= 0.99 of the characters of pop
 ``pdftotext`` (pypdf lost a third of the Japanese text of two files) at 7x pypdf's and 13x
 pdfminer.six's speed (see docs/index-and-retrieval.md for the measurement).
 
-The lines come from `pdf_layout`: clean characters, soft hyphens rejoined, running headers,
-footers and page numbers left out, contents pages marked (their entries are never headings).
+The lines come from `pdf_layout` (clean characters, soft hyphens rejoined) less the page
+furniture `pdf_furniture` finds (running headers, footers, page numbers); its contents pages'
+entries are never headings; `pdf_outline` places the outline on the pages.
 
 Headings, in order of trust:
 
@@ -27,14 +28,13 @@ without a text layer (scanned pages: OCR it first, e.g. with ocrmypdf), or a dam
 from __future__ import annotations
 
 import re
-import unicodedata
-from dataclasses import dataclass
-from difflib import SequenceMatcher
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from residency.corpus.drafts import Draft, DraftBuilder
 from residency.corpus.model import SkippedInput
-from residency.corpus.pdf_layout import Line, body_style, contents_lines, document_lines
+from residency.corpus.pdf_furniture import contents_lines, find_furniture
+from residency.corpus.pdf_layout import Line, body_style, page_lines, rejoin_hyphens
+from residency.corpus.pdf_outline import NUMBERED, Heading, outline_entries, outline_headings
 
 if TYPE_CHECKING:
     import pypdfium2
@@ -46,7 +46,6 @@ CAPS_MIN_LETTERS = 4  # ... or one in capitals with this many letters ('RETURN P
 LABEL_GAP = 0.04  # share of the page height between two labels that makes each a heading
 SAME_SIZE = 1.0  # points: title lines this close in size are one heading and one level ...
 SAME_SIZE_SHARE = 0.1  # ... or this share of the larger size (a CJK font scaled to 0.96 of 19 pt)
-TITLE_MATCH = 0.8  # similarity (difflib ratio) at which page text is an outline entry's title
 HEADING_MAX_LINES = 3  # a longer run of large lines is text set large (a table), not a title
 WRAP_STEP = 0.06  # share of the page height from one line of a wrapped title to the next
 OUTLINE_TRUST = 0.5  # share of outline entries that must be found on their pages to use it
@@ -59,108 +58,12 @@ _HEAVY = re.compile(
 _AMOUNT = re.compile(r"^[-+]?[$€£¥]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$|^[-+]?[$€£¥]\d|^[-+]?\d[\d.,]*%$")
 _LABEL_END = re.compile(r"[.。,，、;；]$")  # a sentence, not a label ('Approval:' is one)
 _KEY_VALUE = re.compile(r"[:：]\s*\S")  # 'Report ID: SPARSE-2024': a field, not a label
-# '§ 2 Usage', '2.1 Format', 'A.1 Options', '第2章 使い方' (the number, then a title)
-_NUMBERED = re.compile(r"^(?:§\s*)?(\d{1,2}(?:\.\d{1,2}){0,3}|[A-Z](?:\.\d{1,2}){1,3})\.?\s+\S")
-
-
-@dataclass(frozen=True, slots=True)
-class Heading:
-    """Where a section starts: the index of its first line in the document's line list."""
-
-    at: int
-    level: int
-    text: str
-    consumed: int  # lines the heading itself takes (0: an outline entry not found on its page)
-
-
-def _key(text: str) -> str:
-    """NFKC, case-folded, letters and digits only: how an outline title is compared with page
-    text (so 'pLaTeX2e' in an outline still meets 'pLATEX 2ε' set as a logo on the page)."""
-    return "".join(ch for ch in unicodedata.normalize("NFKC", text).casefold() if ch.isalnum())
-
-
-def _outline(doc: pypdfium2.PdfDocument) -> list[tuple[int, str, int]]:
-    """(level from 1, title, 0-based page) of every outline entry that points at a page."""
-    entries: list[tuple[int, str, int]] = []
-    for bookmark in doc.get_toc():
-        dest: Any = bookmark.get_dest()
-        page = dest.get_index() if dest is not None else None
-        title = " ".join((bookmark.get_title() or "").split())
-        if page is not None and title:
-            entries.append((bookmark.level + 1, title, int(page)))
-    return entries
-
-
-def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[int, int] | None:
-    """(first line, lines taken) of the best match of `title` among lines[start:end]: one to
-    three consecutive lines whose text is at least `TITLE_MATCH` similar to it."""
-    want = _key(title)
-    if not want:
-        return None
-    best: tuple[float, int, int] | None = None
-    for i in range(start, end):
-        joined = ""
-        for j in range(i, min(i + 3, end)):
-            joined += _key(lines[j].text)
-            if len(joined) > 2 * len(want):
-                break
-            if joined == want:
-                return i, j - i + 1
-            matcher = SequenceMatcher(None, joined, want, autojunk=False)
-            if matcher.real_quick_ratio() < TITLE_MATCH or matcher.quick_ratio() < TITLE_MATCH:
-                continue
-            ratio = matcher.ratio()
-            if ratio >= TITLE_MATCH and (best is None or ratio > best[0]):
-                best = (ratio, i, j - i + 1)
-        if best is not None and best[0] == 1.0:
-            break
-    return None if best is None else (best[1], best[2])
-
-
-def _numbered_title(shown: str, title: str) -> str:
-    """The outline's wording, with the section number the page sets before it ('1 Foo' for
-    the entry 'Foo'): what a reader sees, and distinct where titles repeat."""
-    match = _NUMBERED.match(shown)
-    if match is None or _NUMBERED.match(title) or not _key(shown).endswith(_key(title)):
-        return title
-    return f"{match.group(1)} {title}"
-
-
-def outline_headings(
-    lines: list[Line], entries: list[tuple[int, str, int]]
-) -> tuple[list[Heading], int]:
-    """Outline entries placed on their page's lines (the matched lines are the heading), and how
-    many of them were found there. An entry not found on its page starts its section at the page
-    top when nothing else starts there."""
-    bounds: dict[int, tuple[int, int]] = {}
-    for i, line in enumerate(lines):
-        first, _ = bounds.get(line.page, (i, i))
-        bounds[line.page] = (first, i + 1)
-    headings: list[Heading] = []
-    cursor = found_count = 0
-    for level, title, page_index in entries:
-        page = page_index + 1
-        if page not in bounds:
-            continue
-        first, end = bounds[page]
-        found = _find_title(lines, max(first, cursor), end, title)
-        if found is not None:
-            shown = " ".join(ln.text for ln in lines[found[0] : found[0] + found[1]])
-            heading = Heading(found[0], level, _numbered_title(shown, title), found[1])
-            found_count += 1
-        elif cursor <= first:
-            heading = Heading(first, level, title, 0)
-        else:
-            continue  # its page already has a heading before it: keep the text where it is
-        headings.append(heading)
-        cursor = heading.at + heading.consumed
-    return headings, found_count
 
 
 def _number_depth(text: str) -> int:
     """1 for '2 Usage' / '§ 2 Usage' / 'A Options', 2 for '2.1 ...', 0 when not numbered (or
     the title starts in lower case)."""
-    match = _NUMBERED.match(text)
+    match = NUMBERED.match(text)
     if match is None or text[match.end() - 1].islower():
         return 0  # '2 oder zu einem Torus': a line of a formula, not a title
     return match.group(1).count(".") + 1
@@ -343,6 +246,16 @@ def keep_heading_text(headings: list[Heading], end: int) -> list[Heading]:
     return out
 
 
+def document_lines(doc: pypdfium2.PdfDocument) -> list[Line]:
+    """Every page's lines, page furniture left out, soft hyphens rejoined."""
+    lines = [line for n in range(len(doc)) for line in page_lines(doc[n], n + 1)]
+    if not lines:
+        return []
+    furniture = find_furniture(lines)
+    kept = [line for i, line in enumerate(lines) if i not in furniture] or lines
+    return rejoin_hyphens(kept)
+
+
 def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
     """Sections of one PDF (ids ``<relpath>#<anchor>``; `Draft.line` is the start page)."""
     import pypdfium2 as pdfium
@@ -358,7 +271,7 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
         return [], [SkippedInput(file=rel, line=0, reason=reason)]
     try:
         lines = document_lines(doc)
-        entries = _outline(doc)
+        entries = outline_entries(doc)
         pages = len(doc)
     finally:
         doc.close()
