@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from residency.corpus.drafts import Draft
 from residency.corpus.model import SkippedInput
 
-READER_VERSION = "3"  # 1: regex Markdown splitter, .md/.txt/.jsonl; 2: CommonMark, PDF, HTML, DOCX;
-# 3: PDF page furniture, soft hyphens and headings, DOCX text boxes, notes and equations
+# 1: regex Markdown splitter, .md/.txt/.jsonl; 2: CommonMark, PDF, HTML, DOCX; 3: HTML main
+# element, colliding ids suffixed, front matter titles, control characters removed
+READER_VERSION = "3"
 
 BinaryReader = Callable[[str, bytes], tuple[list[Draft], list[SkippedInput]]]
 
