@@ -184,12 +184,21 @@ def bag(text: str) -> Counter[str]:
     return Counter(c for c in norm if unicodedata.category(c)[0] not in "CZ")
 
 
+# Page furniture the PDF reader keeps out of the text (pdftotext keeps it), read off the pages:
+# asternote.pdf's running header 'The asternote package  Yukoh KUSAKABE  n/5' (pdftotext puts its
+# three parts on lines of their own)
+RUNNING_HEADER = {
+    "asternote.pdf": re.compile(r"^(?:The asternote package|Yukoh KUSAKABE|\d/5)$", re.M)
+}
+
+
 def reference_text(name: str) -> str:
     """What the extraction is compared with: pdftotext for PDFs, the page's main element read
     with lxml for HTML, every w:t run of the document XML for DOCX (no reader of ours)."""
     path = FILES / name
     if name.endswith(".pdf"):
-        return (FILES / f"{path.stem}.pdftotext.txt").read_text(encoding="utf-8")
+        text = (FILES / f"{path.stem}.pdftotext.txt").read_text(encoding="utf-8")
+        return RUNNING_HEADER.get(name, re.compile("(?!)")).sub("", text)
     if name.endswith(".docx"):
         xml = zipfile.ZipFile(path).read("word/document.xml").decode("utf-8")
         return html.unescape("".join(re.findall(r"<w:t(?: [^>]*)?>([^<]*)</w:t>", xml)))

@@ -18,11 +18,14 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.corpus.drafts import PREAMBLE_ANCHOR
 from residency.normalize import normalize_text
 
 _ID = 1024  # the longest id accepted: a deep path plus a long anchor
 _TEXT = 10_000_000
 MAX_SECTION_CHARS = _TEXT  # one section's text; a longer one is skipped (loader.py)
+# files whose section ids end in the heading's own anchor ("#install"), cited with it
+ANCHORED_SUFFIXES = (".md", ".markdown", ".html", ".htm")
 
 
 class Section(BaseModel):
@@ -79,12 +82,41 @@ class Section(BaseModel):
             return None
         return self.page + bisect_right(self.page_breaks, offset)
 
-    def cite(self, offset: int = 0) -> str:
-        """Where a reader opens the text at `offset`: 'manual.pdf p. 4', 'notes/log.jsonl:12'."""
-        page = self.page_at(offset)
-        if page is not None:
-            return f"{self.file} p. {page}"
-        return f"{self.file}:{self.line}" if self.file.endswith((".jsonl", ".txt")) else self.file
+    def cite(self, start: int = 0, end: int | None = None) -> str:
+        """Where a reader opens the text in ``text[start:end]`` (default: to the end).
+
+        - PDF: the page(s) the text itself is on, not where its section starts: 'manual.pdf
+          p. 4', or 'manual.pdf pp. 4-5' for a passage over a page break (leading and trailing
+          whitespace ignored, so a chunk starting at a break cites the next page only);
+        - HTML / Markdown: the heading's anchor, 'guide/setup.md#install' ('guide/setup.md'
+          for the text before the first heading);
+        - .jsonl / .txt: 'notes/log.jsonl:12'; DOCX: the file.
+        """
+        stop = len(self.text) if end is None else min(end, len(self.text))
+        if self.page is not None:
+            first, last = _ink_bounds(self.text, start, stop)
+            pages = (self.page_at(first), self.page_at(last))
+            if pages[0] == pages[1]:
+                return f"{self.file} p. {pages[0]}"
+            return f"{self.file} pp. {pages[0]}-{pages[1]}"
+        if self.file.endswith((".jsonl", ".txt")):
+            return f"{self.file}:{self.line}"
+        if self.file.lower().endswith(ANCHORED_SUFFIXES):
+            anchor = self.id.rpartition("#")[2]
+            return self.file if anchor in ("", PREAMBLE_ANCHOR) else f"{self.file}#{anchor}"
+        return self.file
+
+
+def _ink_bounds(text: str, start: int, end: int) -> tuple[int, int]:
+    """Offsets of the first and last non-space characters of text[start:end] ((start, start)
+    for blank text)."""
+    first = start
+    while first < end and text[first].isspace():
+        first += 1
+    last = end - 1
+    while last > first and text[last].isspace():
+        last -= 1
+    return (first, max(first, last)) if first < end else (start, start)
 
 
 class Chunk(BaseModel):

@@ -5,14 +5,21 @@ Why pypdfium2: on the shipped test PDFs it kept >= 0.99 of the characters of pop
 ``pdftotext`` (pypdf lost a third of the Japanese text of two files) at 7x pypdf's and 13x
 pdfminer.six's speed (see docs/index-and-retrieval.md for the measurement).
 
+The lines come from `pdf_layout` (clean characters, soft hyphens rejoined) less the page
+furniture `pdf_furniture` finds (running headers, footers, page numbers); its contents pages'
+entries are never headings; `pdf_outline` places the outline on the pages.
+
 Headings, in order of trust:
 
-1. The document outline (bookmarks): each entry's title is looked up on its destination page;
-   the matching line becomes the heading (the outline's wording is kept). An entry whose text is
-   not on its page starts its section at the top of that page.
+1. The document outline (bookmarks), when at least `OUTLINE_TRUST` of its entries are found on
+   their pages (a wrong outline is ignored): each entry's title is looked up on its destination
+   page; the matching line becomes the heading (the outline's wording, with the section number
+   the page sets before it). An entry whose text is not on its page starts its section at the
+   top of that page.
 2. Without an outline: lines set in a font at least `HEADING_SCALE` x the body size (the size
    most characters are set in), at most `HEADING_MAX_CHARS` long. Distinct heading sizes give the
-   levels (largest = 1); consecutive heading lines of one size are one heading (a wrapped title).
+   levels (largest = 1); consecutive heading lines of one size are one heading (a wrapped title,
+   at most `HEADING_MAX_LINES` lines); a table row is never a heading.
 
 A file that cannot be read is skipped with the reason: an encrypted PDF (decrypt it first), a PDF
 without a text layer (scanned pages: OCR it first, e.g. with ocrmypdf), or a damaged file.
@@ -20,17 +27,14 @@ without a text layer (scanned pages: OCR it first, e.g. with ocrmypdf), or a dam
 
 from __future__ import annotations
 
-import ctypes
 import re
-import statistics
-import unicodedata
-from collections import Counter
-from dataclasses import dataclass
-from difflib import SequenceMatcher
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from residency.corpus.drafts import Draft, DraftBuilder
 from residency.corpus.model import SkippedInput
+from residency.corpus.pdf_furniture import contents_lines, find_furniture
+from residency.corpus.pdf_layout import Line, body_style, page_lines, rejoin_hyphens
+from residency.corpus.pdf_outline import NUMBERED, Heading, outline_entries, outline_headings
 
 if TYPE_CHECKING:
     import pypdfium2
@@ -38,153 +42,59 @@ if TYPE_CHECKING:
 HEADING_SCALE = 1.15  # a line this much larger than the body text is a heading candidate
 HEADING_MAX_CHARS = 150  # longer lines are body text set large (a pull quote), not a heading
 LABEL_MAX_CHARS = 30  # an unnumbered bold / sans line this short is a label heading ('Abstract')
-SAME_SIZE = 1.0  # points: title lines this close in size are one heading and one level
-TITLE_MATCH = 0.8  # similarity (difflib ratio) at which page text is an outline entry's title
-_SIZE_STEP = 0.5  # font sizes are compared rounded to half a point
-_LINE = re.compile(r"[^\r\n]+")
+CAPS_MIN_LETTERS = 4  # ... or one in capitals with this many letters ('RETURN POLICY')
+LABEL_GAP = 0.04  # share of the page height between two labels that makes each a heading
+SAME_SIZE = 1.0  # points: title lines this close in size are one heading and one level ...
+SAME_SIZE_SHARE = 0.1  # ... or this share of the larger size (a CJK font scaled to 0.96 of 19 pt)
+HEADING_MAX_LINES = 3  # a longer run of large lines is text set large (a table), not a title
+WRAP_STEP = 0.06  # share of the page height from one line of a wrapped title to the next
+OUTLINE_TRUST = 0.5  # share of outline entries that must be found on their pages to use it
+CELLS_MAX = 2  # a line of more text runs far apart (a table row) is not a heading
 _MONO = re.compile(r"Mono|TT|Courier|Code", re.IGNORECASE)
 _HEAVY = re.compile(
     r"Bold|BX|Bd|Black|Heavy|Semi|Demi|Medium|Gothic|Sans|Kaku|Go(?:Pr|Std|Pro|-)", re.IGNORECASE
 )
-_SENTENCE_END = re.compile(r"[.。:：,，、;；]$")
-# '§ 2 Usage', '2.1 Format', 'A.1 Options', '第2章 使い方' (the number, then a title)
-_NUMBERED = re.compile(r"^(?:§\s*)?(\d{1,2}(?:\.\d{1,2}){0,3}|[A-Z](?:\.\d{1,2}){1,3})\.?\s+\S")
-
-
-@dataclass(frozen=True, slots=True)
-class Line:
-    """One text line of a page, with the font size it is set in (points, rounded)."""
-
-    text: str
-    size: float
-    page: int  # 1-based
-    font: str = ""  # the font of its first character (subset prefix dropped)
-
-
-@dataclass(frozen=True, slots=True)
-class Heading:
-    """Where a section starts: the index of its first line in the document's line list."""
-
-    at: int
-    level: int
-    text: str
-    consumed: int  # lines the heading itself takes (0: an outline entry not found on its page)
-
-
-def _key(text: str) -> str:
-    """NFKC, case-folded, letters and digits only: how an outline title is compared with page
-    text (so 'pLaTeX2e' in an outline still meets 'pLATEX 2ε' set as a logo on the page)."""
-    return "".join(ch for ch in unicodedata.normalize("NFKC", text).casefold() if ch.isalnum())
-
-
-def _font_name(raw_textpage: Any, index: int) -> str:
-    """'LMSans10-Regular' for a character set in 'USBSTC+LMSans10-Regular'."""
-    import pypdfium2.raw as pdfium_c
-
-    buffer = ctypes.create_string_buffer(128)
-    flags = ctypes.c_int()
-    pdfium_c.FPDFText_GetFontInfo(raw_textpage, index, buffer, 128, ctypes.byref(flags))
-    return buffer.value.decode("latin-1").rpartition("+")[2]
-
-
-def _page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
-    """The page's lines in pdfium's reading order, each with its font size."""
-    import pypdfium2.raw as pdfium_c
-
-    textpage = page.get_textpage()
-    try:
-        count = textpage.count_chars()
-        text = textpage.get_text_range(0, count)
-        aligned = len(text) == count  # one str char per pdfium char (no surrogate pairs)
-        lines: list[Line] = []
-        for match in _LINE.finditer(text):
-            raw_line = match.group()
-            stripped = raw_line.strip()
-            if not stripped:
-                continue
-            size, font = 0.0, ""
-            if aligned:
-                first = match.start() + len(raw_line) - len(raw_line.lstrip())
-                last = match.end() - 1 - (len(raw_line) - len(raw_line.rstrip()))
-                middle = (first + last) // 2
-                picks = {first, last} | ({middle} if not text[middle].isspace() else set())
-                sizes = [pdfium_c.FPDFText_GetFontSize(textpage.raw, i) for i in picks]
-                size = round(statistics.median(sizes) / _SIZE_STEP) * _SIZE_STEP
-                font = _font_name(textpage.raw, first)
-            lines.append(Line(stripped, size, number, font))
-        return lines
-    finally:
-        textpage.close()
-
-
-def _outline(doc: pypdfium2.PdfDocument) -> list[tuple[int, str, int]]:
-    """(level from 1, title, 0-based page) of every outline entry that points at a page."""
-    entries: list[tuple[int, str, int]] = []
-    for bookmark in doc.get_toc():
-        dest: Any = bookmark.get_dest()
-        page = dest.get_index() if dest is not None else None
-        title = " ".join((bookmark.get_title() or "").split())
-        if page is not None and title:
-            entries.append((bookmark.level + 1, title, int(page)))
-    return entries
-
-
-def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[int, int] | None:
-    """(first line, lines taken) of the best match of `title` among lines[start:end]: one to
-    three consecutive lines whose text is at least `TITLE_MATCH` similar to it."""
-    want = _key(title)
-    if not want:
-        return None
-    best: tuple[float, int, int] | None = None
-    for i in range(start, end):
-        joined = ""
-        for j in range(i, min(i + 3, end)):
-            joined += _key(lines[j].text)
-            if len(joined) > 2 * len(want):
-                break
-            if joined == want:
-                return i, j - i + 1
-            matcher = SequenceMatcher(None, joined, want, autojunk=False)
-            if matcher.real_quick_ratio() < TITLE_MATCH or matcher.quick_ratio() < TITLE_MATCH:
-                continue
-            ratio = matcher.ratio()
-            if ratio >= TITLE_MATCH and (best is None or ratio > best[0]):
-                best = (ratio, i, j - i + 1)
-        if best is not None and best[0] == 1.0:
-            break
-    return None if best is None else (best[1], best[2])
-
-
-def outline_headings(lines: list[Line], entries: list[tuple[int, str, int]]) -> list[Heading]:
-    """Outline entries placed on their page's lines (the matched lines are the heading). An entry
-    not found on its page starts its section at the page top when nothing else starts there."""
-    bounds: dict[int, tuple[int, int]] = {}
-    for i, line in enumerate(lines):
-        first, _ = bounds.get(line.page, (i, i))
-        bounds[line.page] = (first, i + 1)
-    headings: list[Heading] = []
-    cursor = 0
-    for level, title, page_index in entries:
-        page = page_index + 1
-        if page not in bounds:
-            continue
-        first, end = bounds[page]
-        found = _find_title(lines, max(first, cursor), end, title)
-        if found is not None:
-            heading = Heading(found[0], level, title, found[1])
-        elif cursor <= first:
-            heading = Heading(first, level, title, 0)
-        else:
-            continue  # its page already has a heading before it: keep the text where it is
-        headings.append(heading)
-        cursor = heading.at + heading.consumed
-    return headings
+# '9,800', '$45.00', '10.20%': a line ending in an amount is a table row, never a heading
+_AMOUNT = re.compile(r"^[-+]?[$€£¥]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$|^[-+]?[$€£¥]\d|^[-+]?\d[\d.,]*%$")
+_LABEL_END = re.compile(r"[.。,，、;；]$")  # a sentence, not a label ('Approval:' is one)
+_KEY_VALUE = re.compile(r"[:：]\s*\S")  # 'Report ID: SPARSE-2024': a field, not a label
 
 
 def _number_depth(text: str) -> int:
-    """1 for '2 Usage' / '§ 2 Usage' / 'A Options', 2 for '2.1 ...', 0 when not numbered."""
-    match = _NUMBERED.match(text)
-    return 0 if match is None else match.group(1).count(".") + 1
+    """1 for '2 Usage' / '§ 2 Usage' / 'A Options', 2 for '2.1 ...', 0 when not numbered (or
+    the title starts in lower case)."""
+    match = NUMBERED.match(text)
+    if match is None or text[match.end() - 1].islower():
+        return 0  # '2 oder zu einem Torus': a line of a formula, not a title
+    return match.group(1).count(".") + 1
+
+
+def _caps_label(text: str) -> bool:
+    """'PAYMENT METHOD', 'RETURN POLICY': a short line in capitals, no digits, not a sentence."""
+    letters = [ch for ch in text if ch.isalpha()]
+    return (
+        len(text) <= LABEL_MAX_CHARS
+        and len(letters) >= CAPS_MIN_LETTERS
+        and all(ch.isupper() for ch in letters)
+        and not any(ch.isdigit() for ch in text)
+        and not _LABEL_END.search(text)
+        and not text.endswith((":", "："))  # 'NOTES:', 'APPEARANCES:' over a list of items
+    )
+
+
+def _in_table(lines: list[Line], i: int) -> bool:
+    """Whether the line before or after line i is a table row (more than `CELLS_MAX` runs)."""
+    return any(0 <= k < len(lines) and lines[k].cells > CELLS_MAX for k in (i - 1, i + 1))
+
+
+def _apart(line: Line, following: Line) -> bool:
+    """A label set well apart from the next line (a block of its own follows, not a list)."""
+    return following.page != line.page or following.top - line.top > LABEL_GAP
+
+
+def _same_size(a: float, b: float) -> bool:
+    """Whether two font sizes (points) set one heading level."""
+    return abs(a - b) <= max(SAME_SIZE, SAME_SIZE_SHARE * max(a, b))
 
 
 def _size_levels(sizes: set[float]) -> dict[float, int]:
@@ -193,41 +103,56 @@ def _size_levels(sizes: set[float]) -> dict[float, int]:
     levels: dict[float, int] = {}
     top: float | None = None
     for size in sorted(sizes, reverse=True):
-        if top is None or top - size > SAME_SIZE:
+        if top is None or not _same_size(top, size):
             top = size
         levels[size] = len(set(levels.values()) | {0}) if top == size else levels[top]
     return levels
 
 
-def font_headings(lines: list[Line], stop: int | None = None) -> list[Heading]:
+def font_headings(
+    lines: list[Line], stop: int | None = None, text_only: frozenset[int] = frozenset()
+) -> list[Heading]:
     """Headings of a PDF without an outline, from how its lines are set.
 
     - large: at least `HEADING_SCALE` x the body size; sizes give the levels (largest first);
-      consecutive large lines of about one size are one (wrapped) heading.
+      consecutive large lines of about one size, each right under the last, are one (wrapped)
+      heading; a run of more than
+      `HEADING_MAX_LINES` lines or `HEADING_MAX_CHARS` chars is text set large (a table).
     - numbered: '§ 1 Usage', '2.1 Format' in another font than the body text but not larger
       (sans-serif or bold section heads); level after the large ones, by number depth. Of more
       than two in a row only the last is a heading: the others are a contents list.
-      Larger lines right under the title, before any text (author, date), are text.
-    - label: a short unnumbered line in a bold or sans font ('Abstract', '概要'), at the level
-      of a first-depth numbered heading.
+      Larger lines right under the title, before any text (author, date), are text; so are
+      those under the title repeated (a letterhead).
+    - label: a short unnumbered line in a bold or sans font ('Abstract', '概要', 'Approval:'),
+      or in capitals ('PAYMENT METHOD'), at the level of a first-depth numbered heading; not a
+      field ('Report ID: 1234'), a table cell (digits, or runs of text apart) or one of a list
+      of labels (of labels in a row only one set apart from the next is a heading).
+
+    Never headings: a table row (more than `CELLS_MAX` runs of text far apart, or two ending in
+    a number: 'GRAND TOTAL      5,738'; two headings side by side in two columns stay one), a
+    line with more digits than letters ('*TXN9876520241123*'), and the lines in `text_only`
+    (contents entries).
 
     The statistics (body size and font) come from every line; headings are looked for only in
     lines[:stop] (an outlined PDF: its title page, before the first outline entry).
     """
-    weight: Counter[float] = Counter()
-    fonts: Counter[str] = Counter()
-    for line in lines:
-        weight[line.size] += len(line.text)
-        fonts[line.font] += len(line.text)
-    if not weight:
+    if not lines:
         return []
-    body, body_font = weight.most_common(1)[0][0], fonts.most_common(1)[0][0]
+    body, body_font = body_style(lines)
 
     def kind(line: Line) -> str:
-        if len(line.text) > HEADING_MAX_CHARS or not any(ch.isalpha() for ch in line.text):
+        if (
+            len(line.text) > HEADING_MAX_CHARS
+            or line.cells > CELLS_MAX
+            or (line.cells == CELLS_MAX and not any(c.isalpha() for c in line.text.split()[-1]))
+            or _AMOUNT.match(line.text.split()[-1])
+            or not any(ch.isalpha() for ch in line.text)
+        ):
             return "body"
         if line.size >= body * HEADING_SCALE:
             return "large"
+        if line.cells == 1 and _caps_label(line.text):
+            return "label"
         if line.font == body_font or _MONO.search(line.font):
             return "body"
         if len(line.text) <= HEADING_MAX_CHARS // 2 and _number_depth(line.text) > 0:
@@ -235,18 +160,30 @@ def font_headings(lines: list[Line], stop: int | None = None) -> list[Heading]:
         if (
             len(line.text) <= LABEL_MAX_CHARS
             and line.text[0].isalnum()
+            and not any(ch.isdigit() for ch in line.text)
             and _HEAVY.search(line.font)
-            and not _SENTENCE_END.search(line.text)
+            and not _LABEL_END.search(line.text)
+            and not _KEY_VALUE.search(line.text)
+            and not (line.text.endswith((":", "：")) and line.text.isupper())
         ):
             return "label"
         return "body"
 
-    kinds = [kind(line) for line in lines]
+    kinds = ["body" if i in text_only else kind(line) for i, line in enumerate(lines)]
+    for i, line in enumerate(lines):
+        if kinds[i] != "body" and sum(c.isdigit() for c in line.text) > sum(
+            c.isalpha() for c in line.text
+        ):
+            kinds[i] = "body"  # '*TXN98765202411231432*', 'Phone: (425) 000-0000'.
+    for i, line in enumerate(lines):
+        if kinds[i] == "label" and line.cells > 1 and _in_table(lines, i):
+            kinds[i] = "body"  # 'Continent   Asia   Europe' between rows of a table
     level_of = _size_levels({ln.size for ln, k in zip(lines, kinds, strict=True) if k == "large"})
     below = max(level_of.values(), default=0)
     headings: list[Heading] = []
     end = len(lines) if stop is None else stop
     title_size: float | None = None  # the first heading's size
+    title = ""
     body_seen = False
     i = 0
     while i < end:
@@ -255,16 +192,27 @@ def font_headings(lines: list[Line], stop: int | None = None) -> list[Heading]:
             while (
                 j < end
                 and kinds[j] == "large"
-                and abs(lines[j].size - line.size) <= SAME_SIZE
+                and _same_size(lines[j].size, line.size)
+                and 0 < lines[j].top - lines[j - 1].top <= WRAP_STEP
                 and lines[j].page == line.page
             ):
                 j += 1
             text = " ".join(ln.text for ln in lines[i:j])
-            if title_size is not None and not body_seen and line.size < title_size - SAME_SIZE:
+            if j - i > HEADING_MAX_LINES or len(text) > HEADING_MAX_CHARS:
+                body_seen = True  # a table or a passage set large: text
+            elif (
+                title_size is not None
+                and not body_seen
+                and line.size < title_size
+                and not _same_size(line.size, title_size)
+            ):
                 body_seen = True  # author / date lines under the title: text, not headings
             else:
                 headings.append(Heading(i, level_of[line.size], text, j - i))
-                title_size = line.size if title_size is None else title_size
+                if title_size is None:
+                    title_size, title = line.size, text
+                elif text == title:
+                    body_seen = False  # the letterhead again (a second invoice): its lines too
         elif kinds[i] == "numbered":
             while j < end and kinds[j] == "numbered":
                 j += 1
@@ -272,12 +220,40 @@ def font_headings(lines: list[Line], stop: int | None = None) -> list[Heading]:
             for k in range(first, j):
                 level = below + _number_depth(lines[k].text)
                 headings.append(Heading(k, level, lines[k].text, 1))
-        elif kinds[i] == "label" and (j == len(lines) or kinds[j] == "body"):
+        elif kinds[i] == "label" and (
+            j == len(lines) or kinds[j] == "body" or _apart(line, lines[j])
+        ):
             headings.append(Heading(i, below + 1, line.text, 1))
         elif title_size is not None:
             body_seen = True
         i = j
     return headings
+
+
+def keep_heading_text(headings: list[Heading], end: int) -> list[Heading]:
+    """The headings, less those that would lose their text: a heading with no text under it,
+    followed by one of its own level or higher or by the end ('Variance Analysis:' over a chart,
+    a one-line PDF), is body text of the section before (a section needs a body; a heading over
+    a subheading lives on in the subheading's title)."""
+    ordered = sorted(headings, key=lambda h: h.at)
+    out: list[Heading] = []
+    for k, heading in enumerate(ordered):
+        after = ordered[k + 1] if k + 1 < len(ordered) else None
+        empty = (after.at if after else end) <= heading.at + heading.consumed
+        if heading.consumed and empty and (after is None or after.level <= heading.level):
+            continue
+        out.append(heading)
+    return out
+
+
+def document_lines(doc: pypdfium2.PdfDocument) -> list[Line]:
+    """Every page's lines, page furniture left out, soft hyphens rejoined."""
+    lines = [line for n in range(len(doc)) for line in page_lines(doc[n], n + 1)]
+    if not lines:
+        return []
+    furniture = find_furniture(lines)
+    kept = [line for i, line in enumerate(lines) if i not in furniture] or lines
+    return rejoin_hyphens(kept)
 
 
 def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
@@ -294,8 +270,8 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
             reason = f"cannot read PDF ({message})"
         return [], [SkippedInput(file=rel, line=0, reason=reason)]
     try:
-        lines = [line for n in range(len(doc)) for line in _page_lines(doc[n], n + 1)]
-        entries = _outline(doc)
+        lines = document_lines(doc)
+        entries = outline_entries(doc)
         pages = len(doc)
     finally:
         doc.close()
@@ -305,11 +281,16 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
             "OCR it first (e.g. ocrmypdf) to index it"
         )
         return [], [SkippedInput(file=rel, line=0, reason=reason)]
-    if entries:  # the outline, and the title page's own headings before its first entry
-        headings = outline_headings(lines, entries)
-        headings = font_headings(lines, min((h.at for h in headings), default=0)) + headings
-    else:
-        headings = font_headings(lines)
+    contents = frozenset(contents_lines(lines))
+    headings: list[Heading] = []
+    if entries:  # the outline, trusted when most of its titles are on their pages
+        placed, found = outline_headings(lines, entries)
+        if found >= OUTLINE_TRUST * len(entries):
+            stop = min((h.at for h in placed), default=0)
+            headings = font_headings(lines, stop, contents) + placed
+    if not headings:
+        headings = font_headings(lines, text_only=contents)
+    headings = keep_heading_text(headings, len(lines))
     builder = DraftBuilder(rel)
     at: dict[int, list[Heading]] = {}
     for heading in headings:

@@ -4,7 +4,11 @@ style are the headings.
 A paragraph is a heading of level N when its style, or a style it is based on, is Word's built-in
 "Heading N" (Word stores the English built-in name even in a localised Word, where the user sees
 e.g. 見出し 1), or when the paragraph sets an outline level itself; "Title" sits above level 1.
-Tables are kept in document order, one row a line, cells separated by ' | '.
+Tables are kept in document order, one row a line, cells separated by ' | '. The text of each
+paragraph is read from its XML (`docx_text`): text boxes, footnotes and endnotes (after the
+paragraph citing them), equations as linear text and tracked insertions are kept; deletions and
+comments are left out. A Strict OOXML file (ISO/IEC 29500 Strict namespaces) is read through
+its Transitional equivalent (`transitional`).
 
 Why python-docx: it and mammoth kept every character and every heading of the shipped files;
 python-docx was 1.4-2.3x faster (see docs/index-and-retrieval.md).
@@ -15,6 +19,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from residency.corpus.docx_text import (
+    M_NS,
+    W_NS,
+    NoteRefs,
+    W,
+    iter_blocks,
+    read_paragraph,
+    table_rows,
+)
 from residency.corpus.drafts import Draft, DraftBuilder
 from residency.corpus.model import SkippedInput
 
@@ -40,45 +53,154 @@ def heading_level(paragraph: Any) -> int | None:
     return None
 
 
-def _table_text(table: Any) -> str:
-    rows = []
-    for row in table.rows:
-        cells: list[str] = []
-        for cell in row.cells:
-            text = " ".join(cell.text.split())
-            if not cells or cells[-1] != text:  # a merged cell repeats across its span
-                cells.append(text)
-        if any(cells):
-            rows.append(" | ".join(cells))
-    return "\n".join(rows)
+# ISO/IEC 29500 Strict namespaces -> the Transitional ones python-docx reads (ECMA-376 Part 1,
+# Annex A); relationship types follow the same prefixes ('.../relationships/officeDocument').
+_STRICT = (
+    ("http://purl.oclc.org/ooxml/wordprocessingml/main", W_NS),
+    ("http://purl.oclc.org/ooxml/officeDocument/math", M_NS),
+    (
+        "http://purl.oclc.org/ooxml/officeDocument/relationships",
+        "http://schemas.openxmlformats.org/officeDocument/2006/relationships",
+    ),
+    (
+        "http://purl.oclc.org/ooxml/officeDocument/extendedProperties",
+        "http://schemas.openxmlformats.org/officeDocument/2006/extended-properties",
+    ),
+    (
+        "http://purl.oclc.org/ooxml/officeDocument/sharedTypes",
+        "http://schemas.openxmlformats.org/officeDocument/2006/sharedTypes",
+    ),
+    (
+        "http://purl.oclc.org/ooxml/drawingml/wordprocessingDrawing",
+        "http://schemas.openxmlformats.org/drawingml/2006/wordprocessingDrawing",
+    ),
+    ("http://purl.oclc.org/ooxml/drawingml/", "http://schemas.openxmlformats.org/drawingml/2006/"),
+)
 
 
-def read_docx(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
-    """Sections of one .docx file (`Draft.line` is the heading's paragraph number)."""
+def transitional(data: bytes) -> bytes | None:
+    """A Strict OOXML .docx rewritten with the Transitional namespaces (same text, same
+    structure), or None when `data` is not Strict."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(data)) as src:
+        names = src.namelist()
+        if "_rels/.rels" not in names or b"purl.oclc.org/ooxml" not in src.read("_rels/.rels"):
+            return None
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+            for name in names:
+                body = src.read(name)
+                if name.endswith((".xml", ".rels")):
+                    for strict, usual in _STRICT:
+                        body = body.replace(strict.encode(), usual.encode())
+                dst.writestr(name, body)
+    return out.getvalue()
+
+
+def _notes(document: Any) -> dict[tuple[str, str], str]:
+    """Footnote and endnote texts by (kind, id), separators left out."""
+    import lxml.etree
+
+    notes: dict[tuple[str, str], str] = {}
+    for rel in document.part.rels.values():
+        kind = rel.reltype.rpartition("/")[2].rstrip("s")  # '.../footnotes' -> 'footnote'
+        if kind not in ("footnote", "endnote") or rel.is_external:
+            continue
+        root = lxml.etree.fromstring(rel.target_part.blob)
+        for note in root.iter(f"{W}{kind}"):
+            if note.get(f"{W}type") in ("separator", "continuationSeparator", "continuationNotice"):
+                continue
+            texts = [read_paragraph(p, NoteRefs()).text for p in note.iter(f"{W}p")]
+            notes[(kind, str(note.get(f"{W}id")))] = " ".join(" ".join(texts).split())
+    return notes
+
+
+def _open(data: bytes) -> tuple[Any, str | None]:
+    """(python-docx Document, None) or (None, why it cannot be read)."""
     import io
     import zipfile
 
     import docx
-    from docx.table import Table
 
     try:
-        document = docx.Document(io.BytesIO(data))
+        return docx.Document(io.BytesIO(data)), None
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
-        reason = f"cannot read DOCX ({exc}); is it a Word 2007+ .docx (not .doc or encrypted)?"
-        return [], [SkippedInput(file=rel, line=0, reason=reason)]
+        problem = str(exc)
+    try:
+        converted = transitional(data)
+    except zipfile.BadZipFile:
+        converted = None
+    if converted is not None:
+        try:
+            return docx.Document(io.BytesIO(converted)), None
+        except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+            return None, (
+                f"cannot read Strict OOXML DOCX ({exc}): save it from Word as "
+                "'Word Document (.docx)' (Transitional) to index it"
+            )
+    return None, f"cannot read DOCX ({problem}); is it a Word 2007+ .docx (not .doc or encrypted)?"
+
+
+def read_docx(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
+    """Sections of one .docx file (`Draft.line` is the heading's paragraph number)."""
+    from docx.text.paragraph import Paragraph as DocxParagraph
+
+    document, problem = _open(data)
+    if document is None:
+        return [], [SkippedInput(file=rel, line=0, reason=problem or "cannot read DOCX")]
+    body = document.element.body
+    notes, refs = _notes(document), NoteRefs()
+    events: list[tuple[int | None, str, int, str]] = []  # (heading level or None, text, n, sep)
+    cited: list[tuple[str, str, str]] = []
+
+    def cell_text(tc: Any) -> str:
+        parts: list[str] = []
+        for block in iter_blocks(tc):
+            if block.tag == f"{W}tbl":
+                parts.append(" ; ".join(table_rows(block, cell_text)))
+                continue
+            paragraph = read_paragraph(block, refs)
+            cited.extend(paragraph.notes)
+            parts.append(paragraph.text)
+            parts += [cell_text(box) for box in paragraph.boxes]
+        return " ".join(parts)
+
+    def emit_notes() -> None:
+        for kind, note_id, mark in cited:
+            if notes.get((kind, note_id)):
+                events.append((None, f"[{mark}] {notes[(kind, note_id)]}", 0, "\n"))
+        cited.clear()
+
+    def emit(container: Any, headings: bool) -> None:
+        for n, block in enumerate(iter_blocks(container), start=1):
+            if block.tag == f"{W}tbl":
+                events.append((None, "\n".join(table_rows(block, cell_text)), n, "\n\n"))
+                emit_notes()
+                continue
+            paragraph = read_paragraph(block, refs)
+            text = paragraph.text.strip()
+            level = heading_level(DocxParagraph(block, document)) if headings and text else None
+            if level is not None:
+                events.append((level, " ".join(text.split()), n, ""))
+            elif text:
+                events.append((None, text, n, "\n\n"))
+            for box in paragraph.boxes:
+                emit(box, headings=False)
+            cited.extend(paragraph.notes)
+            emit_notes()
+
+    emit(body, headings=True)
     builder = DraftBuilder(rel)
-    for n, block in enumerate(document.iter_inner_content(), start=1):
-        if isinstance(block, Table):
-            builder.body(_table_text(block), sep="\n\n")
-            continue
-        text = block.text.strip()
-        if not text:
-            continue
-        level = heading_level(block)
-        if level is None:
-            builder.body(text, sep="\n\n")
+    for k, (level, text, n, sep) in enumerate(events):
+        following = next((e[0] for e in events[k + 1 :] if e[1]), -1)
+        if level is None or (following is not None and following <= level):
+            # text, or a heading with no text under it ('A Numbered Header.' alone, a heading
+            # right before one of its level): kept as text, never dropped
+            builder.body(text, sep=sep or "\n\n")
         else:
-            builder.heading(level, " ".join(text.split()), n)
+            builder.heading(level, text, n)
     drafts = builder.finish()
     if not drafts:
         return [], [SkippedInput(file=rel, line=0, reason="no text in the document body")]

@@ -44,9 +44,11 @@ def render_section(section: Section) -> str:
 
 def render_passage(section: Section, text: str, start_char: int = 0) -> str:
     """A retrieved passage (a chunk's text starting at `start_char` of its section) under its
-    section's header and its source, '[source: manual.pdf p. 4]', so a reader can open the
-    place an answer came from (the resident prefix has no source: its ids are stable keys)."""
-    return f"{section_header(section)} [source: {section.cite(start_char)}]\n{text.strip()}"
+    section's header and its source, '[source: manual.pdf p. 4]' (the page(s) the passage
+    itself is on) or '[source: guide.md#install]', so a reader can open the place an answer came
+    from (the resident prefix has no source: its ids are stable keys)."""
+    source = section.cite(start_char, start_char + len(text))
+    return f"{section_header(section)} [source: {source}]\n{text.strip()}"
 
 
 def render_prefix(

@@ -131,7 +131,7 @@ class RagStrategy:
             chunk = self._index.chunk(hit.id)
             section = self._index.section(chunk.section_id)
             passages.append(render_passage(section, chunk.text, chunk.start_char))
-            cites.append(section.cite(chunk.start_char))
+            cites.append(section.cite(chunk.start_char, chunk.end_char))
         retrieved = unique([self._index.section_of(h.id) for h in hits])
         messages = rag_messages(self._index.language, passages, query)
         return messages, retrieved, elapsed, unique(cites)
