@@ -18,9 +18,16 @@ prompt due on that upstream: the other prefixes waiting for a re-warm and, once 
 evictions, the planned prefixes still whole there (`_refresh` says why), as one completions
 request with a list of prompts. It waits for the router's
 requests in flight on that upstream to finish (they allocate blocks and would evict it again; at
-most REWARM_MAX_DEFER_S), and for --rewarm-interval since the prefix's last re-warm, unless a
-request routed to that prefix arrives: that request waits for the re-warm instead of prefilling the
-prefix itself, and the re-warm goes at once.
+most REWARM_MAX_DEFER_S), and for --rewarm-interval since the prefix's last re-warm, whatever
+its reason (an eviction, a cleared cache, a restarted engine, learning). A request routed to a
+prefix with a re-warm waiting skips the other waits and waits for that re-warm instead of
+prefilling the prefix itself, at most --rewarm-wait seconds (then it goes and prefills what is
+missing): a flood of restarts or clears costs one re-warm per interval and delays no request
+longer than that bound.
+
+The event stream is untrusted input (residency/vllm_client/kv_events.py): bad batches are
+counted in residency_router_kv_event_errors and skipped, batches are applied in a worker thread,
+and the block index holds at most MAX_HASHES hashes (block_index.py).
 """
 
 from __future__ import annotations
@@ -63,6 +70,9 @@ QUIET_S = 0.3
 REWARMS_IN_FLIGHT = 4  # per upstream: a burst (a cleared cache) goes out a few at a time
 POLL_S = 0.05
 REPORT_FULL = {"kv_cache_report_mode": "full"}
+# How long after a report-mode answer its stores may still arrive (published at the end of the
+# engine step, read and applied a batch later).
+REPORT_GRACE_S = 1.0
 
 
 @dataclass(slots=True)
@@ -132,8 +142,13 @@ class EngineResidency:
             )  # fmt: skip
             return
         t = _Tracked(up, source)
+        bad = self._metrics.kv_event_errors
         subscriber = KvEventSubscriber(
-            source, lambda batch: self._on_batch(t, batch), lambda: self._on_reset(t)
+            source,
+            lambda batch: self._on_batch(t, batch),
+            lambda: self._on_reset(t),
+            on_bad=lambda kind: bad.labels(up.label, kind).inc(),
+            max_bytes=self._settings.agent.kv_event_max_bytes,
         )
         t.task = asyncio.get_running_loop().create_task(subscriber.run())
         t.task.add_done_callback(lambda task: self._ended(t, task))
@@ -176,8 +191,11 @@ class EngineResidency:
 
     async def ready(self, up: Upstream, prefix_id: str) -> None:
         """Before a request goes to `up` with `prefix_id`: a re-warm of that prefix waiting
-        there goes now, and the request waits for it (it would prefill the prefix itself)."""
-        deadline = time.monotonic() + self._settings.request_timeout_s
+        there goes as soon as --rewarm-interval allows, and the request waits for it (it would
+        prefill the prefix itself), at most --rewarm-wait seconds: then it goes and prefills
+        what is missing."""
+        bound = min(self._settings.request_timeout_s, self._settings.agent.rewarm_wait_s)
+        deadline = time.monotonic() + bound
         while (pending := self._pending.get((up.position, prefix_id))) is not None:
             pending.go.set()  # a follow-up re-warm (evicted again meanwhile) is waited for too
             left = deadline - time.monotonic()
@@ -199,9 +217,12 @@ class EngineResidency:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def _on_batch(self, t: _Tracked, batch: EventBatch) -> None:
+    async def _on_batch(self, t: _Tracked, batch: EventBatch) -> None:
         self._metrics.event_batches.labels(t.up.label).inc()
-        change = t.index.apply(batch.events)
+        # Off the event loop: a batch may hold thousands of hashes (the index takes its lock
+        # a chunk at a time, so the loop's reads wait for a chunk at most).
+        change = await anyio.to_thread.run_sync(t.index.apply, batch.events)
+        self._metrics.kv_event_hashes.labels(t.up.label).set(t.index.known_hashes)
         if t.plan_key is None:
             return
         reason = "cleared" if change.cleared else "evicted"
@@ -236,7 +257,7 @@ class EngineResidency:
         if t.plan_key is None:
             return
         for prefix_id in t.index.prefix_ids:
-            self._schedule(t, prefix_id, "restart", at_once=True)
+            self._schedule(t, prefix_id, "restart")
         self._publish(t)
 
     def _publish(self, t: _Tracked) -> None:
@@ -273,12 +294,19 @@ class EngineResidency:
         refreshed: list[str] = []
         result = "failed"
         try:
+            # Every reason waits for --rewarm-interval since the prefix's last re-warm: a
+            # flood of restarts or clears must not chain re-warms. `go` (a learning probe, a
+            # request waiting for the prefix) skips only the quiet and in-flight waits.
             earliest = self._last_sent.get(key, -1e9) + self._settings.agent.rewarm_interval_s
             give_up_waiting = time.monotonic() + REWARM_MAX_DEFER_S
-            while not pending.go.is_set():
+            while True:
                 now = time.monotonic()
+                if now < earliest:
+                    await asyncio.sleep(min(earliest - now, POLL_S))
+                    continue
                 quiet = now - self._last_hit.get(t.up.position, -1e9) >= QUIET_S
-                if now >= earliest and quiet and (t.up.outstanding == 0 or now >= give_up_waiting):
+                idle = t.up.outstanding == 0 or now >= give_up_waiting
+                if pending.go.is_set() or (quiet and idle):
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pending.go.wait(), POLL_S)
@@ -303,7 +331,12 @@ class EngineResidency:
             # tokens: what it prefills is read from the block index instead.
             prefill = sum(t.index.uncached_tokens(x, len(t.prompts[x])) for x in order)
             async with t.slots:
-                answer = await t.up.client.generate("completions", self._body(t, prompts))
+                t.index.reporting += 1  # its found-cached blocks come back as stores
+                try:
+                    answer = await t.up.client.generate("completions", self._body(t, prompts))
+                finally:
+                    loop = asyncio.get_running_loop()
+                    loop.call_later(REPORT_GRACE_S, _unreport, t.index)
             self._metrics.keep_warm_requests.labels(t.up.label, "rewarm").inc()
             result = "ok" if answer.status_code == 200 else "failed"
             if answer.status_code != 200:
@@ -327,7 +360,7 @@ class EngineResidency:
         for (position, other), p in self._pending.items():
             if position != t.up.position or other == prefix_id or p.sent:
                 continue
-            if p.go.is_set() or now >= self._last_sent.get((position, other), -1e9) + interval:
+            if now >= self._last_sent.get((position, other), -1e9) + interval:
                 p.carried = p.sent = True
                 p.go.set()  # its own task stops waiting and leaves it to this one
                 taken.append((other, p))
@@ -370,6 +403,10 @@ class EngineResidency:
             and t.index.whole(other)
             and (position, other) not in self._pending
         ]
+
+
+def _unreport(index: BlockIndex) -> None:
+    index.reporting -= 1
 
 
 def _prompts(
