@@ -63,12 +63,21 @@ class AgentSettings(BaseModel):
         le=1_000_000,
         description="Query-log questions (the latest) a re-plan reads and is judged on.",
     )
+    replan_source_share: Annotated[float, Flag("--replan-source-share", panel=AGENT)] = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Share of the --replan-window one source (API key, else client address) "
+        "may fill, each of its questions once: one client cannot steer the plan (1: no cap, "
+        "for a router every client reaches through one key or proxy).",
+    )
     replan_margin: Annotated[float, Flag("--replan-margin", panel=AGENT)] = Field(
         default=0.02,
         ge=0,
         le=1,
         description="Coverage gain (share of the window's questions whose top chunk is "
-        "resident) a new plan needs over the current one to be swapped in.",
+        "resident) a new plan needs over the current one to be swapped in, on the window and "
+        "on its held-back quarter; on --canary's questions it may lose no more than this.",
     )
     canary: Annotated[Path | None, Flag("--canary", panel=AGENT)] = Field(
         default=None,

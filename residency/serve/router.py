@@ -33,7 +33,7 @@ from residency.serve.guard import ClientGoneError, Slots, read_body
 from residency.serve.headers import route_headers
 from residency.serve.keepwarm import KeepWarm
 from residency.serve.prompt import assemble_messages
-from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog
+from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog, source_of
 from residency.serve.settings import ServeSettings
 from residency.serve.state import ServingState
 from residency.serve.telemetry import RouterMetrics
@@ -74,6 +74,7 @@ class Exchange:
     usage: dict[str, Any] | None = None
     ttft_s: float | None = None
     forward_s: float | None = None  # arrival -> request handed to the upstream
+    source: str | None = None  # who asked (record.source_of): re-planning caps each
 
     def headers(self) -> dict[str, str]:
         """What the router tells the client about its choice (ids only, no addresses)."""
@@ -141,7 +142,7 @@ class Router:
             self.metrics.prune.observe(ctx.prune.elapsed_s)
             if not ctx.prune.valid:
                 self.metrics.pruner_invalid.inc()
-        ex = Exchange(endpoint, ctx, started=arrived, ts=ts)
+        ex = Exchange(endpoint, ctx, started=arrived, ts=ts, source=source_of(request.scope))
         prefix_text = builder.prefix_text(retrieval.prefix_id)
         assembled = assemble_messages(req.messages, prefix_text, ctx.block)
         body = req.body
@@ -356,6 +357,7 @@ class Router:
             pruner_valid=prune.valid if prune is not None else None,
             upstream=ex.upstream.label if ex.upstream is not None else None,
             outcome=ex.outcome,
+            source=ex.source,
             status_code=ex.status_code,
             prompt_tokens=usage.prompt_tokens,
             cached_tokens=usage.cached_tokens,
