@@ -207,10 +207,10 @@ def fuzz_batches(n: int, seed: int = 42) -> Iterator[bytes]:
             event[rng.choice(list(event))] = _random_value(rng)
             yield msgspec.msgpack.encode([1.0, [event], 0])
         elif way == 2:
-            data = bytearray(good())
+            flipped = bytearray(good())
             for _ in range(rng.randrange(1, 4)):
-                data[rng.randrange(len(data))] = rng.randrange(256)
-            yield bytes(data)
+                flipped[rng.randrange(len(flipped))] = rng.randrange(256)
+            yield bytes(flipped)
         else:
             data = good()
             yield data[: rng.randrange(len(data))]
