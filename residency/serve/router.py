@@ -28,6 +28,13 @@ from starlette.responses import Response, StreamingResponse
 
 from residency.errors import BackendError
 from residency.serve.context import RequestContext
+from residency.serve.drain import (
+    Drain,
+    DrainExpiredError,
+    before_expiry,
+    shutting_down,
+    until_expired,
+)
 from residency.serve.errors import error_response, unavailable
 from residency.serve.guard import ClientGoneError, Slots, read_body
 from residency.serve.headers import route_headers
@@ -104,6 +111,7 @@ class Router:
         self.log = RouterQueryLog(settings.log, metrics) if settings.log else None
         self._limiter = anyio.CapacityLimiter(2)
         self.keep_warm = KeepWarm(metrics, lambda: self.state.keep_warm)
+        self.drain = Drain(settings.shutdown_timeout_s)  # the app's, set at start
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
@@ -214,7 +222,14 @@ class Router:
             self._forwarded(ex)
             task = asyncio.ensure_future(up.client.generate(ex.endpoint, payload))
             gone = asyncio.ensure_future(_wait_disconnect(request))
-            done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            expired = asyncio.ensure_future(self.drain.expired.wait())
+            done, _ = await asyncio.wait({task, gone, expired}, return_when=asyncio.FIRST_COMPLETED)
+            expired.cancel()
+            if task not in done and expired in done:
+                task.cancel()  # shutting down: vLLM aborts it, the client may retry elsewhere
+                gone.cancel()
+                ex.upstream = up
+                return self._finish_error(ex, shutting_down())
             if task not in done:
                 task.cancel()  # closes the upstream connection: vLLM aborts the request
                 ex.upstream, ex.outcome, ex.status_code = up, "disconnected", 499
@@ -244,7 +259,13 @@ class Router:
         await self.pool.acquire(up)
         try:
             self._forwarded(ex)
-            response = await up.client.open_stream(ex.endpoint, payload)
+            response = await before_expiry(
+                up.client.open_stream(ex.endpoint, payload), self.drain.expired
+            )
+        except DrainExpiredError:
+            self.pool.release(up)
+            ex.upstream = up
+            return self._finish_error(ex, shutting_down())
         except BaseException:
             self.pool.release(up)
             raise
@@ -276,7 +297,7 @@ class Router:
         splitter = EventSplitter()
         sent_done = False  # the client has [DONE]: whatever happens next, the stream is complete
         try:
-            async for data in response.chunks():
+            async for data in until_expired(response.chunks(), self.drain.expired):
                 for event in splitter.feed(data):
                     if ex.ttft_s is None:
                         ex.ttft_s = time.perf_counter() - ex.started
@@ -290,6 +311,11 @@ class Router:
             if not sent_done:  # an answer without [DONE] says nothing about the server's health
                 ex.outcome, ex.status_code = "upstream_error", 502
                 yield error_event("the model server ended the stream early; it is incomplete")
+                yield DONE
+        except DrainExpiredError:  # shutting down: the client gets an end it can read
+            if not sent_done:
+                ex.outcome, ex.status_code = "unavailable", 503
+                yield error_event("the router is shutting down; the answer is incomplete")
                 yield DONE
         except TransportError as exc:  # the connection failed: out until its next health check
             if not sent_done:
