@@ -43,6 +43,8 @@ RESTART_GAP = 1000
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 RCV_HWM = 64  # messages ZMQ queues unread: at most RCV_HWM * max_bytes buffered
 BAD_LOG_EVERY_S = 60.0  # a kind of bad batch is logged at most once per this
+DUTY_IDLE = 1.0  # after each batch, idle this many times the time it took to apply ...
+MAX_IDLE_S = 0.1  # ... at most this long
 # Field order of the array layout (vLLM's example subscriber declares events array_like).
 _STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id")
 _REMOVED_FIELDS = ("block_hashes", "medium")
@@ -403,6 +405,7 @@ class KvEventSubscriber:
         if len(payload) > self._max_bytes:
             self._bad("size", f"batch {seq} of {len(payload)} bytes (limit {self._max_bytes})")
             return
+        started = time.perf_counter()
         try:
             batch = await asyncio.to_thread(decode_batch, seq, payload)
         except KvEventsError as exc:
@@ -417,6 +420,12 @@ class KvEventSubscriber:
             raise
         except Exception as exc:
             self._bad("apply", f"batch {seq}: {type(exc).__name__}: {exc}")
+        finally:
+            # The worker thread holds the GIL while it decodes and applies: as long again
+            # idle, so a flood takes at most about half of the event loop's time (a batch of
+            # vLLM's usual size costs well under a millisecond: no lag worth the name).
+            spent = time.perf_counter() - started
+            await asyncio.sleep(min(spent * DUTY_IDLE, MAX_IDLE_S))
 
     async def _replay(self, start: int) -> None:
         """Ask the replay endpoint for every batch from `start` (none: nothing to do)."""
