@@ -1,5 +1,5 @@
 """A real router under the issue 42 KV-event floods (reproduction 2), from a publisher listed at
-a stand-in upstream's /kv_event_sources (`benchmarks/events_upstream.py`): five 100,000-event
+a stand-in upstream's /kv_event_sources (`tests/events_upstream.py`): five 100,000-event
 batches (~24 MB each, over --kv-event-max-bytes: dropped by ZMQ, the socket made anew), then
 ``RESIDENCY_BENCH_FLOOD_S`` (default 20) seconds of 1,000-hash batches of fresh hashes (the
 index holds at most 200,000). Reported: /health latency p50/p99 polled every 20 ms during each
@@ -92,7 +92,7 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int,
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 100_000)
     pub.bind(f"tcp://127.0.0.1:{pub_port}")
-    up = subprocess.Popen([sys.executable, str(Path(__file__).with_name("events_upstream.py")),
+    up = subprocess.Popen([sys.executable, str(REPO_ROOT / "tests" / "events_upstream.py"),
                            str(http_port), str(pub_port)])  # fmt: skip
     log = (root / "router.log").open("wb")
     proc = subprocess.Popen(
