@@ -73,7 +73,7 @@ class HealthProbe:
         self._stop.set()
         self._thread.join()
 
-    def p(self, q: float) -> float:
+    def p(self, q: int) -> float:
         return statistics.quantiles(self.ms, n=100)[q - 1] if len(self.ms) > 2 else max(self.ms)
 
 
