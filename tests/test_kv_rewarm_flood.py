@@ -117,6 +117,7 @@ def test_a_restart_flood_costs_one_rewarm_per_interval_and_delays_requests_a_bou
     sent = count(url)["completions"] - before
     assert flooded >= 10
     assert rewarms(router, "restart") >= 1  # the restarts were seen and re-warmed
+    print(f"\n{flooded} restarts in {FLOOD_S:g} s: {sent} re-warm requests")
     assert 1 <= sent <= FLOOD_S / INTERVAL_S + 2, (sent, flooded)
 
     httpx.post(f"{url}/hold", timeout=10)  # the next re-warm never answers
