@@ -99,6 +99,23 @@ async def until_expired(
         stop.cancel()
 
 
+async def first_done(
+    work: set[asyncio.Future[Any]], expired: asyncio.Event
+) -> set[asyncio.Future[Any]]:
+    """The futures of `work` done first, unless `expired` is set before (then every one is
+    cancelled, and DrainExpiredError)."""
+    stop = asyncio.ensure_future(expired.wait())
+    try:
+        done, _ = await asyncio.wait({*work, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if done <= {stop}:
+        for future in work:
+            future.cancel()
+        raise DrainExpiredError
+    return done - {stop}
+
+
 async def before_expiry(work: Awaitable[T], expired: asyncio.Event) -> T:
     """`work`'s result, unless `expired` is set first (then it is cancelled, and
     DrainExpiredError)."""

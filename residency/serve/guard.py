@@ -180,3 +180,11 @@ def _too_large(limits: RequestLimits) -> RequestError:
         "body_too_large",
         close=True,
     )
+
+
+async def wait_disconnect(request: Request) -> None:
+    """Return when the client goes away (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

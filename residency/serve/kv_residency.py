@@ -24,10 +24,6 @@ prefix with a re-warm waiting skips the other waits and waits for that re-warm i
 prefilling the prefix itself, at most --rewarm-wait seconds (then it goes and prefills what is
 missing): a flood of restarts or clears costs one re-warm per interval and delays no request
 longer than that bound.
-
-The event stream is untrusted input (residency/vllm_client/kv_events.py): bad batches are
-counted in residency_router_kv_event_errors and skipped, batches are applied in a worker thread,
-and the block index holds at most MAX_HASHES hashes (block_index.py).
 """
 
 from __future__ import annotations
@@ -41,15 +37,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import orjson
 
 from residency.errors import ResidencyError
 from residency.planning.plan_model import ResidencyPlan
 from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.block_index import BlockIndex, Chain
+from residency.serve.rewarm_prompts import prefix_prompts, rewarm_body
 from residency.serve.settings import ServeSettings
 from residency.serve.upstreams import Upstream
-from residency.vllm_client import TransportError, VllmClient
+from residency.vllm_client import TransportError
 from residency.vllm_client.kv_events import (
     EventBatch,
     EventSource,
@@ -58,7 +54,6 @@ from residency.vllm_client.kv_events import (
     sources_from,
     stop_task,
 )
-from residency.warm.verify import shared_prefix_ids
 
 log = logging.getLogger("residency.serve")
 
@@ -69,7 +64,6 @@ REWARM_MAX_DEFER_S = 5.0  # the longest a re-warm waits for requests in flight t
 QUIET_S = 0.3
 REWARMS_IN_FLIGHT = 4  # per upstream: a burst (a cleared cache) goes out a few at a time
 POLL_S = 0.05
-REPORT_FULL = {"kv_cache_report_mode": "full"}
 # How long after a report-mode answer its stores may still arrive (published at the end of the
 # engine step, read and applied a batch later).
 REPORT_GRACE_S = 1.0
@@ -167,7 +161,7 @@ class EngineResidency:
         plan = self._plan()
         key = tuple(p.sha256 for p in plan.all_prefixes())
         try:
-            prompts = await anyio.to_thread.run_sync(_prompts, plan, up, self._settings)
+            prompts = await anyio.to_thread.run_sync(prefix_prompts, plan, up, self._settings)
         except (ResidencyError, TransportError) as exc:
             log.warning("upstream %s: prefix prompts unreadable (%s); keep-warm counts tokens",
                         up.label, exc)  # fmt: skip
@@ -333,7 +327,9 @@ class EngineResidency:
             async with t.slots:
                 t.index.reporting += 1  # its found-cached blocks come back as stores
                 try:
-                    answer = await t.up.client.generate("completions", self._body(t, prompts))
+                    answer = await t.up.client.generate(
+                        "completions", rewarm_body(t.up.model, prompts)
+                    )
                 finally:
                     loop = asyncio.get_running_loop()
                     loop.call_later(REPORT_GRACE_S, _unreport, t.index)
@@ -375,17 +371,6 @@ class EngineResidency:
         pending.done.set()
         self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
 
-    def _body(self, t: _Tracked, prompts: list[tuple[int, ...]]) -> bytes:
-        """Warm prompts as token ids, one output token each, blocks reported."""
-        body = {
-            "model": t.up.model,
-            "prompt": [list(ids) for ids in prompts] if len(prompts) > 1 else list(prompts[0]),
-            "max_tokens": 1,
-            "temperature": 0,
-            "vllm_xargs": REPORT_FULL,
-        }
-        return orjson.dumps(body)
-
     def _refresh(self, t: _Tracked, refilled: set[str]) -> list[str]:
         """The planned prefixes still whole on `t`'s upstream, to touch beside a refill, once
         per burst of evictions. An eviction means the LRU front has reached the plan's blocks,
@@ -407,15 +392,3 @@ class EngineResidency:
 
 def _unreport(index: BlockIndex) -> None:
     index.reporting -= 1
-
-
-def _prompts(
-    plan: ResidencyPlan, up: Upstream, settings: ServeSettings
-) -> dict[str, tuple[int, ...]]:
-    """Each prefix's shared prompt on `up`: what warm prefilled, what a re-warm sends."""
-    assert up.model is not None
-    with VllmClient(up.url, timeout_s=60.0, api_key=settings.upstream_api_key) as client:
-        return {
-            p.id: tuple(shared_prefix_ids(client, up.model, p.prefix.text))
-            for p in plan.all_prefixes()
-        }
