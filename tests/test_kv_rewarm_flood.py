@@ -126,6 +126,9 @@ def test_a_restart_flood_costs_one_rewarm_per_interval_and_delays_requests_a_bou
     body = {"messages": [{"role": "user", "content": "灯台は？"}], "max_tokens": 1}
     answer = httpx.post(f"{router.base_url}/v1/chat/completions", json=body, timeout=60)
     assert answer.status_code == 200, answer.text
+    wait_for(
+        lambda: router.query_log.read_bytes() != b"", "its log line (written after the answer)"
+    )
     line = orjson.loads(router.query_log.read_bytes().splitlines()[-1])
     assert line["prefix"] is not None  # it went out with the prefix whose re-warm is held
     assert count(url)["held"] == 1  # answered while that re-warm is still out
