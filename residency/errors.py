@@ -28,8 +28,9 @@ Internal signals, caught where they are raised and never shown to a user as such
     serve.guard.ClientGoneError               the client left mid-body (logged, no traceback)
     serve.pruner.InvalidReplyError            the pruner model's reply is not the JSON asked for
     warm.watch._ServerDownError               `warm --watch` waits the restart out
-    vllm_client.kv_events.KvEventsError       a payload that is not a KV event batch (the
-                                              subscriber logs it and skips the batch)
+    vllm_client.kv_wire.KvEventsError         a payload that is not a KV event batch (the
+                                              subscriber counts, logs and skips it)
+    serve.drain.DrainExpiredError             --shutdown-timeout passed mid-request (a 503)
 
 `USER_ERRORS` is the tuple of both roots: what the CLI reports as one line.
 Messages say what failed, the numbers on both sides, the best feasible value where there is one,

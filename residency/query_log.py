@@ -13,7 +13,7 @@ import errno
 import glob
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -73,6 +73,36 @@ def read_query_log(path: Path) -> LogRead:
             "writes one (`residency serve --log`), one JSON object per line with query, count, ts"
         )
     return LogRead(entries=tuple(entries), skipped=tuple(skipped))
+
+
+TAIL_BLOCK_BYTES = 1 << 20  # read backwards this much at a time
+MAX_LINE_BYTES = 4 << 20  # a longer line is no router record (its query is capped): skipped
+
+
+def lines_from_end(path: Path, max_lines: int) -> Iterator[bytes]:
+    """The file's non-empty lines, last first, at most `max_lines`, read backwards a block at
+    a time: a re-plan over the latest questions reads those, not the whole log. The first
+    line yielded may be torn (a writer mid-append); its reader skips it as it skips any bad
+    line."""
+    with path.open("rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        rest = b""
+        given = 0
+        while end > 0:
+            start = max(0, end - TAIL_BLOCK_BYTES)
+            f.seek(start)
+            block = f.read(end - start) + rest
+            end = start
+            lines = block.split(b"\n")
+            rest = lines.pop(0) if start > 0 else b""
+            if len(rest) > MAX_LINE_BYTES:
+                rest = b"\xff"  # not JSON: the overlong line is skipped, memory stays bounded
+            for line in reversed(lines):
+                if line.strip():
+                    yield line
+                    given += 1
+                    if given >= max_lines:
+                        return
 
 
 def expand_log_patterns(patterns: Sequence[str]) -> list[Path]:

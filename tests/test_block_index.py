@@ -148,3 +148,43 @@ def test_reset_forgets_hashes_a_restarted_engine_may_not_reproduce() -> None:
     assert index.resident_blocks("p0") == 0
     index.apply([stored(["a2"], None, range(4))])  # new seed, new hash, same tokens
     assert index.whole("p0")
+
+
+def test_copies_are_counted_and_a_block_stays_resident_until_its_last_copy_goes() -> None:
+    # vLLM sends BlockRemoved per physical copy (vllm#55092): two stores, one removal -> held.
+    index = BlockIndex()
+    index.set_prefixes([Chain("p", tuple(range(9)))])
+    index.apply([stored([1, 2], None, range(8))])
+    index.apply([stored([1, 2], None, range(8))])
+    assert index.copies(1) == 2
+    assert index.apply([removed([2])]).evicted == ()
+    assert index.whole("p")
+    assert index.apply([removed([2])]).evicted == ("p",)
+    assert index.resident_blocks("p") == 1
+
+
+def test_a_report_mode_store_of_a_held_block_is_not_another_copy() -> None:
+    index = BlockIndex()
+    index.set_prefixes([Chain("p", tuple(range(9)))])
+    index.apply([stored([1, 2], None, range(8))])
+    index.reporting = 1  # the router's probe is out: its found-cached blocks come back as stores
+    index.apply([stored([1, 2], None, range(8))])
+    index.reporting = 0
+    assert index.copies(2) == 1
+    assert index.apply([removed([2])]).evicted == ("p",)
+    # a wrong belief (a removal that was not the last copy) is corrected by the next report
+    index.reporting = 1
+    index.apply([stored([1, 2], None, range(8))])
+    assert index.whole("p")
+
+
+def test_the_hash_set_is_bounded_and_keeps_the_planned_chains() -> None:
+    index = BlockIndex(max_hashes=100)
+    index.set_prefixes([Chain("p", tuple(range(9)))])
+    index.apply([stored([1, 2], None, range(8))])
+    flood = [stored([10_000 + i], 999_999, range(4)) for i in range(5_000)]
+    index.apply(flood)
+    assert index.known_hashes == 100
+    assert index.whole("p")  # the plan's blocks were not shed
+    assert index.copies(10_000) == 0  # the oldest went first
+    assert index.copies(14_999) == 1

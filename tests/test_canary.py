@@ -6,6 +6,9 @@ off (so within one period), and a good index flips it back."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
 import random
 import shutil
@@ -14,10 +17,12 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import httpx
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 from residency_cli import run_cli
 from router_server import RouterProcess
@@ -26,10 +31,12 @@ from residency.corpus.samples import EN_SAMPLE
 from residency.errors import ConfigError
 from residency.index import IndexOptions, build_index, open_index
 from residency.planning.plan_model import read_plan
+from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.agent_settings import AgentSettings, floor_of
-from residency.serve.canary import evaluate_canary, read_canary
+from residency.serve.canary import MAX_CANARY_BYTES, RecallCanary, evaluate_canary, read_canary
 from residency.serve.context import ContextBuilder
 from residency.serve.settings import ServeSettings
+from residency.serve.state import ServingState
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import find_samples, parse_prometheus
 
@@ -149,3 +156,47 @@ def test_recall_ok_flips_on_a_broken_index_within_one_period_and_back(
         wait_for(lambda: sample(r, "residency_recall_ok") == 1, "recall_ok back to 1")
     print(f"\nrecall canary: R@10 {good:.3f} -> {broken:.3f}; recall_ok 0 {flip_s:.1f} s after "
           f"SIGHUP (period {PERIOD_S} s)")  # fmt: skip
+
+
+def test_a_huge_labelled_set_is_refused_by_its_size_in_one_line(tmp_path: Path) -> None:
+    huge = tmp_path / "huge.jsonl"
+    with huge.open("wb") as f:
+        f.truncate(MAX_CANARY_BYTES + 1)  # sparse: the size is what is judged, unread
+    with pytest.raises(ConfigError) as caught:
+        read_canary(huge)
+    assert str(caught.value) == (
+        f"--canary {huge}: {MAX_CANARY_BYTES + 1} bytes, over the {MAX_CANARY_BYTES}-byte "
+        "limit of a labelled set; keep a sample of the questions in it"
+    )
+
+
+@pytest.mark.parametrize("damage", ["torn", "not-utf8", "deleted"])
+def test_an_unreadable_set_is_retried_with_back_off_and_reported_once(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "qa.jsonl"
+    if damage == "torn":
+        path.write_bytes(b'{"query": "q", "relevant_ids": ["a"]}\n{"query": ')
+    elif damage == "not-utf8":
+        path.write_bytes(b'{"query": "\xff\xfe", "relevant_ids": ["a"]}\n')
+    settings = AgentSettings(canary=path, canary_every_s=4)
+    metrics = AgentMetrics(CollectorRegistry())
+    state = cast(ServingState, object())  # never evaluated: no question is ever read
+    canary = RecallCanary(settings, metrics, lambda: state)
+
+    async def run_for(seconds: float) -> None:
+        task = asyncio.create_task(canary.run())
+        await asyncio.sleep(seconds)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    with caplog.at_level(logging.INFO, logger="residency.serve"):
+        asyncio.run(run_for(4.2))
+    failed = metrics.canary_runs.labels("failed")._value.get()
+    # tries at 0, 1, 3 s (back-off 1, 2, then 4 = the period); every 0.5 s before: 9
+    assert 2 <= failed <= 3, failed
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
+    assert "labelled set unreadable" in errors[0].getMessage()
+    assert canary.ok is False

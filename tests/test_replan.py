@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from residency.corpus.samples import EN_SAMPLE
 from residency.index import IndexOptions, build_index, open_index
 from residency.planning.plan_model import read_plan
 from residency.query_log import read_query_log
-from residency.serve.replan import read_window, replan, window_coverage
+from residency.serve.replan import Judgement, read_window, replan, window_coverage
 from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import find_samples, parse_prometheus
@@ -166,3 +167,81 @@ def test_a_router_swaps_in_the_replan_after_the_shift_and_not_before(
     served = window_coverage(read_plan(plan), index, "bm25", window)
     hand = window_coverage(read_plan(shift["plan-second"]), index, "bm25", window)
     assert abs(served - hand) <= CLOSE, (served, hand)
+
+
+def sourced_lines(questions: list[str], n: int, sources: int, **fields: object) -> bytes:
+    """`n` router-style lines cycling through `questions`, from `sources` client addresses."""
+    lines = [
+        orjson.dumps({"query": questions[i % len(questions)], "source": f"addr:{i % sources}",
+                      "outcome": "ok", **fields})
+        for i in range(n)
+    ]  # fmt: skip
+    return b"\n".join(lines) + b"\n"
+
+
+def random_questions(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return [
+        " ".join("".join(rng.choices(letters, k=rng.randint(3, 9))) for _ in range(6))
+        for _ in range(n)
+    ]
+
+
+def test_one_client_cannot_steer_a_replan_and_refused_requests_are_no_questions(
+    shift: dict[str, Path], tmp_path: Path
+) -> None:
+    served = read_plan(shift["plan-first"])
+    index = open_index(shift["index"])
+    log = tmp_path / "queries.jsonl"
+    # The issue's attack, 600 random questions from one client, aimed here at the other topic
+    # (a notes question and random words: each distinct, all retrieving notes), and 600
+    # requests vLLM refused.
+    noise = random_questions(600, seed=1)
+    notes = topic("note-")
+    junk = [f"{notes[i % len(notes)]} {noise[i]}" for i in range(600)]
+    with log.open("wb") as f:
+        f.write(sourced_lines(topic("manual"), 300, sources=30))
+        for q in junk:
+            f.write(orjson.dumps({"query": q, "source": "addr:evil", "outcome": "ok"}) + b"\n")
+        for i, q in enumerate(random_questions(600, seed=2)):
+            line = {"query": q, "source": f"addr:r{i}", "outcome": "client_error"}
+            f.write(orjson.dumps(line) + b"\n")
+    window = read_window(log, WINDOW, source_share=0.1)
+    assert len(window.entries) == WINDOW
+    assert sum(e.query in junk for e in window.entries) == int(WINDOW * 0.1)
+    judged = replan(served, index, settings(shift["plan-first"]), window, log)
+    assert not judged.swap(0.02), judged
+
+    # Without the cap the attack fills the window and its plan gains (the issue's +0.406)
+    open_window = read_window(log, WINDOW, source_share=1.0)
+    assert all(e.query in junk for e in open_window.entries)
+    poisoned = replan(served, index, settings(shift["plan-first"]), open_window, log)
+    assert poisoned.swap(0.02)
+
+
+def test_a_swap_needs_the_held_back_part_and_the_canary_too(shift: dict[str, Path]) -> None:
+    plan = read_plan(shift["plan-first"])
+    fitted = Judgement(64, 0.5, 0.9, plan, held_current=0.5, held_candidate=0.5)
+    assert not fitted.swap(0.02)  # gains only on the questions it was made from
+    canary_worse = Judgement(64, 0.5, 0.9, plan, 0.5, 0.9, canary_current=0.8,
+                             canary_candidate=0.6)  # fmt: skip
+    assert not canary_worse.swap(0.02)
+    assert Judgement(64, 0.5, 0.9, plan, 0.5, 0.9, 0.8, 0.79).swap(0.02)
+
+
+def test_a_genuine_shift_from_many_clients_still_swaps_under_the_cap(
+    shift: dict[str, Path], tmp_path: Path
+) -> None:
+    log = tmp_path / "queries.jsonl"
+    log.write_bytes(
+        sourced_lines(topic("manual"), 300, sources=30)
+        + sourced_lines(topic("note-"), 300, sources=30)
+    )
+    window = read_window(log, WINDOW, source_share=0.1)
+    judged = replan(
+        read_plan(shift["plan-first"]), open_index(shift["index"]),
+        settings(shift["plan-first"]), window, log,
+    )  # fmt: skip
+    assert judged.held_gain > 0.1
+    assert judged.swap(0.02), judged

@@ -451,3 +451,25 @@ def test_an_upstream_late_to_health_probes_leaves_rotation_only_after_three_in_a
     assert "answered no health probe in 5 s (2 of 3)" in log
     assert log.count("is down") == 1  # left once
     assert log.count("is up") == 2  # joined, re-joined
+
+
+def test_two_host_headers_are_a_400_and_a_compressed_body_a_415(router: RouterProcess) -> None:
+    body = json.dumps(GOOD_CHAT).encode()
+    with socket.create_connection(("127.0.0.1", router.port), timeout=30) as sock:
+        sock.sendall(
+            f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1:{router.port}\r\nHost: evil.example\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + body
+        )
+        answer = read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"more than one Host header" in answer
+    gzipped = httpx.post(
+        f"{router.base_url}{CHAT}",
+        content=body,
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        timeout=30,
+    )
+    assert gzipped.status_code == 415
+    assert "Content-Encoding 'gzip'" in error_of(gzipped)["message"]

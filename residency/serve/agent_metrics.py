@@ -32,6 +32,19 @@ class AgentMetrics:
             ("upstream",),
             registry=r,
         )
+        self.kv_event_errors = Counter(
+            "residency_router_kv_event_errors",
+            "KV event messages skipped as malformed, by kind (msgpack, layout, ts, event, "
+            "field, frames, seq, size, apply, replay, internal).",
+            ("upstream", "kind"),
+            registry=r,
+        )
+        self.kv_event_hashes = Gauge(
+            "residency_router_kv_event_hashes",
+            "Block hashes the router's index of the upstream's cache holds (bounded).",
+            ("upstream",),
+            registry=r,
+        )
         self.resident_blocks = Gauge(
             "residency_router_prefix_resident_blocks",
             "Leading blocks of the prefix the upstream holds, from its KV events.",

@@ -32,8 +32,22 @@ class AgentSettings(BaseModel):
         default=2.0,
         ge=0,
         le=3600,
-        description="Seconds between two re-warms of one prefix on one upstream (a request "
-        "waiting for the prefix sends it at once).",
+        description="Seconds between two re-warms of one prefix on one upstream, whatever "
+        "the reason (eviction, cleared cache, restarted engine).",
+    )
+    rewarm_wait_s: Annotated[float, Flag("--rewarm-wait", panel=AGENT)] = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="Seconds a request waits at most for a re-warm of its prefix (then it goes "
+        "and prefills what is missing itself).",
+    )
+    kv_event_max_bytes: Annotated[int, Flag("--kv-event-max-bytes", panel=AGENT)] = Field(
+        default=4 * 1024 * 1024,
+        ge=64 * 1024,
+        le=1024 * 1024 * 1024,
+        description="Largest KV-event message read from an upstream's publisher (a larger one "
+        "is dropped); a 32K-token prefill's batch is about 170 KB.",
     )
     replan_every_s: Annotated[float | None, Flag("--replan-every", panel=AGENT)] = Field(
         default=None,
@@ -49,12 +63,21 @@ class AgentSettings(BaseModel):
         le=1_000_000,
         description="Query-log questions (the latest) a re-plan reads and is judged on.",
     )
+    replan_source_share: Annotated[float, Flag("--replan-source-share", panel=AGENT)] = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Share of the --replan-window one source (API key, else client address) "
+        "may fill, each of its questions once: one client cannot steer the plan (1: no cap, "
+        "for a router every client reaches through one key or proxy).",
+    )
     replan_margin: Annotated[float, Flag("--replan-margin", panel=AGENT)] = Field(
         default=0.02,
         ge=0,
         le=1,
         description="Coverage gain (share of the window's questions whose top chunk is "
-        "resident) a new plan needs over the current one to be swapped in.",
+        "resident) a new plan needs over the current one to be swapped in, on the window and "
+        "on its held-back quarter; on --canary's questions it may lose no more than this.",
     )
     canary: Annotated[Path | None, Flag("--canary", panel=AGENT)] = Field(
         default=None,

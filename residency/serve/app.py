@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from residency.errors import ResidencyError, UpstreamMismatchError
 from residency.serve.canary import RecallCanary
+from residency.serve.drain import Drain
 from residency.serve.errors import error_response, unavailable
 from residency.serve.guard import RequestGuard, Slots
 from residency.serve.kv_residency import EngineResidency
@@ -39,8 +40,12 @@ log = logging.getLogger("residency.serve")
 OPEN_PATHS = frozenset({endpoints.HEALTH})
 
 
-def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
-    """The router app for validated settings and the first plan's serving state."""
+def create_app(
+    settings: ServeSettings, serving: ServingState, drain: Drain | None = None
+) -> ASGIApp:
+    """The router app for validated settings and the first plan's serving state; `drain` is
+    the shutdown state run.py's server sets on SIGTERM."""
+    drain = drain if drain is not None else Drain(settings.shutdown_timeout_s)
     metrics = RouterMetrics()
     metrics.set_plan(serving.plan_sha256)
     slots = Slots(settings.limits.max_concurrent)
@@ -96,6 +101,7 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
             )
             await anyio.to_thread.run_sync(serving.builder.warm_up)
             router = state["router"] = Router(settings, serving, pool, http, metrics, slots)
+            router.drain = drain
             router.keep_warm.engine = EngineResidency(
                 settings, metrics.agent, lambda: router.state.builder.plan
             )
@@ -155,7 +161,10 @@ def create_app(settings: ServeSettings, serving: ServingState) -> ASGIApp:
     async def health(request: Request) -> Response:
         router = state["router"]
         usable = sum(u.usable for u in router.pool.upstreams)
-        body: dict[str, object] = {"status": "ok" if usable else "unavailable"}
+        if drain.draining:  # balancers stop sending before the router stops accepting
+            body: dict[str, object] = {"status": "draining"}
+            return Response(orjson.dumps(body), 503, media_type="application/json")
+        body = {"status": "ok" if usable else "unavailable"}
         body["upstreams_usable"] = usable
         body["upstreams"] = len(router.pool.upstreams)
         body["plan_sha256"] = router.state.plan_sha256

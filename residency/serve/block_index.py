@@ -18,6 +18,7 @@ map hashes onto tokens one by one) holds it; a state group that drops a block of
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +31,12 @@ from residency.vllm_client.kv_events import (
 )
 
 PRIMARY_MEDIA = (None, "GPU")  # the engine's own pool; CPU/disk offload tiers are not residency
-ALL_GROUPS = -1  # a BlockRemoved without group_idx removes the hash from every group
+# Hashes one upstream's index holds at most. The engine holds at most its KV cache's blocks
+# (vLLM's num_gpu_blocks: 8,192 for 128K tokens of 16-token blocks); a publisher that claims
+# more is flooding. Past this the oldest hash not in a planned chain is forgotten (some 170 B
+# each: 200,000 are about 35 MB).
+MAX_HASHES = 200_000
+APPLY_CHUNK_HASHES = 4096  # hashes applied per hold of the lock
 
 
 @dataclass(slots=True)
@@ -60,10 +66,15 @@ class Change:
 
 
 class BlockIndex:
-    """Which blocks the engine holds (hash -> groups) and where the planned prefixes stand."""
+    """Which blocks the engine holds (group -> hash -> copies) and where the planned prefixes
+    stand. Thread-safe: batches are applied in a worker thread, a chunk of hashes at a time
+    under the lock, while the event loop reads residency between chunks."""
 
-    def __init__(self) -> None:
-        self._present: dict[BlockHash, set[int]] = {}
+    def __init__(self, max_hashes: int = MAX_HASHES) -> None:
+        self._lock = threading.RLock()
+        self.max_hashes = max_hashes
+        self._counts: dict[int, dict[BlockHash, int]] = {}  # group -> hash -> copies held
+        self._size = 0  # entries in _counts, all groups
         self._full_groups: set[int] = set()  # groups whose stores map hashes onto tokens
         self._hit: set[str] = set()  # prefixes that lost a resident block in this batch
         self._chains: dict[str, Chain] = {}
@@ -72,90 +83,150 @@ class BlockIndex:
         self._block_size: int | None = None
         self._blocks: dict[str, list[tuple[int, ...]]] = {}
         self._whole: dict[str, bool] = {}
+        # While the router's own report-mode request (a probe, a re-warm) is out, a store of a
+        # hash already held is its blocks found cached, reported: not one more copy.
+        self.reporting = 0
         self.stored_events = 0
         self.removed_events = 0
+        self.shed_hashes = 0  # unrelated hashes forgotten to stay within max_hashes
 
     def set_prefixes(self, chains: Iterable[Chain]) -> None:
         """Track these prefixes (replacing any earlier set); what is cached stays known."""
-        self._chains = {c.prefix_id: c for c in chains}
-        self._owners = {}
-        self._blocks = {}
-        self._whole = {}
-        self._rebuild_waiting()
+        with self._lock:
+            self._chains = {c.prefix_id: c for c in chains}
+            self._owners = {}
+            self._blocks = {}
+            self._whole = {}
+            self._rebuild_waiting()
 
     def reset(self) -> None:
         """Forget the cache and the learned hashes (a restarted engine may hash anew)."""
-        self._present.clear()
-        for chain in self._chains.values():
-            chain.hashes = []
-        self._owners = {}
-        self._whole = {}
-        self._rebuild_waiting()
+        with self._lock:
+            self._counts.clear()
+            self._size = 0
+            for chain in self._chains.values():
+                chain.hashes = []
+            self._owners = {}
+            self._whole = {}
+            self._rebuild_waiting()
 
     @property
     def prefix_ids(self) -> list[str]:
         """The tracked prefixes."""
-        return list(self._chains)
+        with self._lock:
+            return list(self._chains)
+
+    @property
+    def known_hashes(self) -> int:
+        """Hashes held in the index (all groups): at most max_hashes."""
+        return self._size
+
+    def copies(self, h: BlockHash, group: int = 0) -> int:
+        """Copies of the block the engine holds in `group` (stores minus removals)."""
+        with self._lock:
+            return self._counts.get(group, {}).get(h, 0)
 
     def learned(self, prefix_id: str) -> bool:
         """Every block hash of the prefix is known."""
-        chain = self._chains[prefix_id]
-        total = self.total_blocks(prefix_id)
-        return total is not None and len(chain.hashes) == total and None not in chain.hashes
+        with self._lock:
+            chain = self._chains[prefix_id]
+            total = self.total_blocks(prefix_id)
+            return total is not None and len(chain.hashes) == total and None not in chain.hashes
 
     def total_blocks(self, prefix_id: str) -> int | None:
         """Its cacheable blocks (None until a block size is seen)."""
-        if self._block_size is None:
-            return None
-        return len(self._blocks_of(prefix_id))
+        with self._lock:
+            if self._block_size is None:
+                return None
+            return len(self._blocks_of(prefix_id))
 
     def resident_blocks(self, prefix_id: str) -> int:
         """Leading blocks of the prefix the engine holds in every group that stored them (a
         hit can use only a leading run)."""
-        chain = self._chains[prefix_id]
-        n = 0
-        for h in chain.hashes:
-            if h is None or not self._held(h):
-                break
-            n += 1
-        return n
+        with self._lock:
+            n = 0
+            for h in self._chains[prefix_id].hashes:
+                if h is None or not self._held(h):
+                    break
+                n += 1
+            return n
 
     def uncached_tokens(self, prefix_id: str, length: int) -> int:
         """Of the prefix's `length` prompt tokens, those past its resident blocks (what a
         request with it would prefill now)."""
-        return max(length - self.resident_blocks(prefix_id) * (self._block_size or 0), 0)
+        with self._lock:
+            return max(length - self.resident_blocks(prefix_id) * (self._block_size or 0), 0)
 
     def whole(self, prefix_id: str) -> bool:
         """Every block of the prefix is resident."""
-        total = self.total_blocks(prefix_id)
-        return bool(total) and self.resident_blocks(prefix_id) == total
+        with self._lock:
+            total = self.total_blocks(prefix_id)
+            return bool(total) and self.resident_blocks(prefix_id) == total
 
     def apply(self, events: Sequence[KvEvent]) -> Change:
-        """Apply one batch; the prefixes it evicted or made whole again."""
-        before = {p: self._whole.get(p, False) for p in self._chains}
-        self._hit = set()
+        """Apply one batch; the prefixes it evicted or made whole again. The lock is let go
+        every APPLY_CHUNK_HASHES hashes, so readers wait for a chunk, never for a batch."""
+        with self._lock:
+            before = {p: self._whole.get(p, False) for p in self._chains}
+            self._hit = set()
         cleared = False
-        for event in events:
-            if isinstance(event, BlockStored):
-                self._stored(event)
-            elif isinstance(event, BlockRemoved):
-                self._removed(event)
-            elif isinstance(event, AllBlocksCleared):
-                self._hit.update(p for p in self._chains if self.resident_blocks(p))
-                self._present.clear()
-                cleared = True
-        restored: list[str] = []
-        for p in self._chains:
-            now = self.whole(p)
-            self._whole[p] = now
-            if now and not before[p] and p not in self._hit:
-                restored.append(p)
-        evicted = tuple(p for p in self._chains if p in self._hit)
+        done = 0
+        self._lock.acquire()
+        try:
+            for event in events:
+                if done >= APPLY_CHUNK_HASHES:
+                    self._lock.release()
+                    done = 0
+                    self._lock.acquire()
+                if isinstance(event, BlockStored):
+                    self._stored(event)
+                    done += len(event.block_hashes)
+                elif isinstance(event, BlockRemoved):
+                    self._removed(event)
+                    done += len(event.block_hashes)
+                elif isinstance(event, AllBlocksCleared):
+                    self._hit.update(p for p in self._chains if self.resident_blocks(p))
+                    self._counts.clear()
+                    self._size = 0
+                    cleared = True
+            restored: list[str] = []
+            for p in self._chains:
+                now = self.whole(p)
+                self._whole[p] = now
+                if now and not before.get(p, False) and p not in self._hit:
+                    restored.append(p)
+            evicted = tuple(p for p in self._chains if p in self._hit)
+        finally:
+            self._lock.release()
         return Change(evicted, tuple(restored), cleared)
 
     def _held(self, h: BlockHash) -> bool:
-        groups = self._present.get(h)
-        return groups is not None and bool(groups) and groups >= self._full_groups
+        groups = {g for g, counts in self._counts.items() if counts.get(h, 0) > 0}
+        return bool(groups) and groups >= self._full_groups
+
+    def _add(self, group: int, h: BlockHash) -> None:
+        counts = self._counts.setdefault(group, {})
+        n = counts.get(h)
+        if n is None:
+            counts[h] = 1
+            self._size += 1
+            if self._size > self.max_hashes:
+                self._shed(counts)
+        elif not self.reporting:
+            counts[h] = n + 1
+
+    def _shed(self, counts: dict[BlockHash, int]) -> None:
+        """Forget the oldest unrelated hash of the group (insertion order); the planned
+        chains' hashes are kept (moved to the young end)."""
+        for _ in range(len(self._owners) + 1):
+            oldest = next(iter(counts))
+            n = counts.pop(oldest)
+            if oldest in self._owners:
+                counts[oldest] = n
+                continue
+            self._size -= 1
+            self.shed_hashes += 1
+            return
 
     def _stored(self, event: BlockStored) -> None:
         if event.medium not in PRIMARY_MEDIA or event.keyed:
@@ -163,7 +234,7 @@ class BlockIndex:
         self.stored_events += 1
         group = event.group_idx if event.group_idx is not None else 0
         for h in event.block_hashes:
-            self._present.setdefault(h, set()).add(group)
+            self._add(group, h)
         bs = event.block_size
         if bs <= 0 or len(event.token_ids) != len(event.block_hashes) * bs:
             return  # a masked (state) group: its hashes do not map onto its tokens one by one
@@ -175,30 +246,38 @@ class BlockIndex:
             return
         parent = event.parent_block_hash
         for j, h in enumerate(event.block_hashes):
-            tokens = event.token_ids[j * bs : (j + 1) * bs]
-            for prefix_id, i in list(self._waiting.get(parent, ())):
-                if self._blocks_of(prefix_id)[i] == tokens:
-                    self._learn(prefix_id, i, h)
+            waiting = self._waiting.get(parent)
+            if waiting:
+                tokens = event.token_ids[j * bs : (j + 1) * bs]
+                for prefix_id, i in list(waiting):
+                    if self._blocks_of(prefix_id)[i] == tokens:
+                        self._learn(prefix_id, i, h)
             parent = h
 
     def _removed(self, event: BlockRemoved) -> None:
+        """One copy of each block gone (vLLM sends a removal per physical copy: a hash stays
+        resident while another copy is held)."""
         if event.medium not in PRIMARY_MEDIA:
             return
         self.removed_events += 1
-        group = event.group_idx if event.group_idx is not None else ALL_GROUPS
+        groups = list(self._counts) if event.group_idx is None else [event.group_idx]
         for h in event.block_hashes:
-            groups = self._present.get(h)
-            if groups is None:
-                continue
-            if h in self._owners and (self._held(h) or group not in self._full_groups):
+            was_held = self._held(h) if h in self._owners else False
+            state_gone = False
+            for g in groups:
+                counts = self._counts.get(g)
+                n = counts.get(h) if counts is not None else None
+                if counts is None or n is None:
+                    continue
+                if n > 1:
+                    counts[h] = n - 1
+                    continue
+                del counts[h]
+                self._size -= 1
+                state_gone = state_gone or g not in self._full_groups
+            if h in self._owners and ((was_held and not self._held(h)) or state_gone):
                 # a resident block of a prefix, or a state group's checkpoint of one
                 self._hit.update(self._owners[h])
-            if group == ALL_GROUPS:
-                groups.clear()
-            else:
-                groups.discard(group)
-            if not groups:
-                del self._present[h]
 
     def _learn(self, prefix_id: str, i: int, h: BlockHash) -> None:
         chain = self._chains[prefix_id]

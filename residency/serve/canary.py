@@ -33,6 +33,9 @@ from residency.serve.state import ServingState
 log = logging.getLogger("residency.serve")
 
 CHECK_S = 0.5  # how often the loop looks for a plan swap or a new labelled file
+# A labelled set is a few hundred questions (the English sample's 65 are 14 KB); a file past
+# this is refused by its size, unread.
+MAX_CANARY_BYTES = 16 * 1024 * 1024
 MAX_K = max(K_VALUES)
 
 
@@ -56,8 +59,15 @@ class CanaryResult:
 
 
 def read_canary(path: Path) -> list[CanaryQuestion]:
-    """The answerable questions of a labelled jsonl file; `ConfigError` names a bad line."""
+    """The answerable questions of a labelled jsonl file; `ConfigError` names a bad line, or
+    the size limit for a file past it."""
     try:
+        size = path.stat().st_size
+        if size > MAX_CANARY_BYTES:
+            raise ConfigError(
+                f"--canary {path}: {size} bytes, over the {MAX_CANARY_BYTES}-byte limit of a "
+                "labelled set; keep a sample of the questions in it"
+            )
         lines = path.read_bytes().splitlines()
     except OSError as exc:
         raise ConfigError(f"--canary {path}: cannot read it ({exc.strerror})") from None
@@ -108,6 +118,10 @@ class RecallCanary:
         self._state = state
         self._questions: list[CanaryQuestion] = []
         self._mtime: int | None = None
+        # After a failed read: the next try waits twice as long each time, up to the period,
+        # and the failure is reported once (then again only after a good read).
+        self._backoff_s = 0.0
+        self._retry_at = 0.0
         self.ok: bool | None = None
         metrics.recall_floor.set(self._floor)
 
@@ -123,9 +137,9 @@ class RecallCanary:
                 trigger = "start"
             elif state is not served:
                 trigger = "plan"
-            elif mtime != self._mtime:
+            elif mtime != self._mtime and time.monotonic() >= self._retry_at:
                 trigger = "set"
-            elif time.monotonic() >= due:
+            elif time.monotonic() >= max(due, self._retry_at):
                 trigger = "schedule"
             if trigger is not None:
                 served = state
@@ -135,12 +149,15 @@ class RecallCanary:
 
     async def run_once(self, state: ServingState, trigger: str) -> CanaryResult | None:
         """One evaluation; None (logged, counted as failed) when the set or the retriever fails."""
+        mtime = _mtime(self._path)
+        if mtime != self._mtime or not self._questions:
+            if time.monotonic() < self._retry_at and self._questions:
+                pass  # backing off: the previous set stands
+            elif not await self._read(mtime, trigger) and not self._questions:
+                self._metrics.canary_runs.labels("failed").inc()
+                self._set_ok(False)
+                return None
         try:
-            mtime = _mtime(self._path)
-            if mtime != self._mtime or not self._questions:
-                self._questions = await anyio.to_thread.run_sync(read_canary, self._path)
-                self._mtime = mtime
-                self._metrics.set_canary_file_time(self._path.stat().st_mtime)
             result = await anyio.to_thread.run_sync(evaluate_canary, state.builder, self._questions)
         except Exception as exc:  # a broken index may raise anything: the canary says so
             log.error("recall canary (%s) failed: %s: %s", trigger, type(exc).__name__, exc)
@@ -149,6 +166,25 @@ class RecallCanary:
             return None
         self._publish(result, trigger, state)
         return result
+
+    async def _read(self, mtime: int | None, trigger: str) -> bool:
+        """Read the labelled set; on failure back off and say so once (True: read)."""
+        try:
+            questions = await anyio.to_thread.run_sync(read_canary, self._path)
+            self._metrics.set_canary_file_time(self._path.stat().st_mtime)
+        except (ConfigError, OSError) as exc:
+            if self._backoff_s == 0.0:
+                keep = "; the previous set stands" if self._questions else ""
+                log.error("recall canary (%s): labelled set unreadable: %s%s; retrying with "
+                          "back-off up to --canary-every", trigger, exc, keep)  # fmt: skip
+            self._backoff_s = min(max(2 * self._backoff_s, 2 * CHECK_S), self._every_s)
+            self._retry_at = time.monotonic() + self._backoff_s
+            return False
+        if self._backoff_s:
+            log.info("recall canary: labelled set %s readable again", self._path)
+        self._questions, self._mtime = questions, mtime
+        self._backoff_s = self._retry_at = 0.0
+        return True
 
     def _publish(self, result: CanaryResult, trigger: str, state: ServingState) -> None:
         m = self._metrics

@@ -90,6 +90,15 @@ class RequestGuard:
     def refusal(self, scope: Scope) -> RequestError | None:
         """Why this request is refused, or None."""
         headers = Headers(scope=scope)
+        if len(headers.getlist("host")) > 1:  # RFC 9112 section 3.2: a 400, not the first
+            return RequestError(400, "more than one Host header", "invalid_request_error")
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):  # a gzip body read as plain JSON would be garbage
+            return RequestError(
+                415,
+                f"Content-Encoding {encoding!r}: send the body uncompressed (identity)",
+                "unsupported_media_type",
+            )
         host = headers.get("host")
         if self.hosts is not None and host is not None and host_name(host) not in self.hosts:
             return RequestError(
@@ -171,3 +180,11 @@ def _too_large(limits: RequestLimits) -> RequestError:
         "body_too_large",
         close=True,
     )
+
+
+async def wait_disconnect(request: Request) -> None:
+    """Return when the client goes away (the body has been read already)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return

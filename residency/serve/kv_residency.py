@@ -18,9 +18,12 @@ prompt due on that upstream: the other prefixes waiting for a re-warm and, once 
 evictions, the planned prefixes still whole there (`_refresh` says why), as one completions
 request with a list of prompts. It waits for the router's
 requests in flight on that upstream to finish (they allocate blocks and would evict it again; at
-most REWARM_MAX_DEFER_S), and for --rewarm-interval since the prefix's last re-warm, unless a
-request routed to that prefix arrives: that request waits for the re-warm instead of prefilling the
-prefix itself, and the re-warm goes at once.
+most REWARM_MAX_DEFER_S), and for --rewarm-interval since the prefix's last re-warm, whatever
+its reason (an eviction, a cleared cache, a restarted engine, learning). A request routed to a
+prefix with a re-warm waiting skips the other waits and waits for that re-warm instead of
+prefilling the prefix itself, at most --rewarm-wait seconds (then it goes and prefills what is
+missing): a flood of restarts or clears costs one re-warm per interval and delays no request
+longer than that bound.
 """
 
 from __future__ import annotations
@@ -34,15 +37,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import orjson
 
 from residency.errors import ResidencyError
 from residency.planning.plan_model import ResidencyPlan
 from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.block_index import BlockIndex, Chain
+from residency.serve.rewarm_prompts import prefix_prompts, rewarm_body
 from residency.serve.settings import ServeSettings
 from residency.serve.upstreams import Upstream
-from residency.vllm_client import TransportError, VllmClient
+from residency.vllm_client import TransportError
 from residency.vllm_client.kv_events import (
     EventBatch,
     EventSource,
@@ -51,7 +54,6 @@ from residency.vllm_client.kv_events import (
     sources_from,
     stop_task,
 )
-from residency.warm.verify import shared_prefix_ids
 
 log = logging.getLogger("residency.serve")
 
@@ -62,7 +64,9 @@ REWARM_MAX_DEFER_S = 5.0  # the longest a re-warm waits for requests in flight t
 QUIET_S = 0.3
 REWARMS_IN_FLIGHT = 4  # per upstream: a burst (a cleared cache) goes out a few at a time
 POLL_S = 0.05
-REPORT_FULL = {"kv_cache_report_mode": "full"}
+# How long after a report-mode answer its stores may still arrive (published at the end of the
+# engine step, read and applied a batch later).
+REPORT_GRACE_S = 1.0
 
 
 @dataclass(slots=True)
@@ -132,8 +136,13 @@ class EngineResidency:
             )  # fmt: skip
             return
         t = _Tracked(up, source)
+        bad = self._metrics.kv_event_errors
         subscriber = KvEventSubscriber(
-            source, lambda batch: self._on_batch(t, batch), lambda: self._on_reset(t)
+            source,
+            lambda batch: self._on_batch(t, batch),
+            lambda: self._on_reset(t),
+            on_bad=lambda kind: bad.labels(up.label, kind).inc(),
+            max_bytes=self._settings.agent.kv_event_max_bytes,
         )
         t.task = asyncio.get_running_loop().create_task(subscriber.run())
         t.task.add_done_callback(lambda task: self._ended(t, task))
@@ -152,7 +161,7 @@ class EngineResidency:
         plan = self._plan()
         key = tuple(p.sha256 for p in plan.all_prefixes())
         try:
-            prompts = await anyio.to_thread.run_sync(_prompts, plan, up, self._settings)
+            prompts = await anyio.to_thread.run_sync(prefix_prompts, plan, up, self._settings)
         except (ResidencyError, TransportError) as exc:
             log.warning("upstream %s: prefix prompts unreadable (%s); keep-warm counts tokens",
                         up.label, exc)  # fmt: skip
@@ -176,8 +185,11 @@ class EngineResidency:
 
     async def ready(self, up: Upstream, prefix_id: str) -> None:
         """Before a request goes to `up` with `prefix_id`: a re-warm of that prefix waiting
-        there goes now, and the request waits for it (it would prefill the prefix itself)."""
-        deadline = time.monotonic() + self._settings.request_timeout_s
+        there goes as soon as --rewarm-interval allows, and the request waits for it (it would
+        prefill the prefix itself), at most --rewarm-wait seconds: then it goes and prefills
+        what is missing."""
+        bound = min(self._settings.request_timeout_s, self._settings.agent.rewarm_wait_s)
+        deadline = time.monotonic() + bound
         while (pending := self._pending.get((up.position, prefix_id))) is not None:
             pending.go.set()  # a follow-up re-warm (evicted again meanwhile) is waited for too
             left = deadline - time.monotonic()
@@ -199,9 +211,12 @@ class EngineResidency:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def _on_batch(self, t: _Tracked, batch: EventBatch) -> None:
+    async def _on_batch(self, t: _Tracked, batch: EventBatch) -> None:
         self._metrics.event_batches.labels(t.up.label).inc()
-        change = t.index.apply(batch.events)
+        # Off the event loop: a batch may hold thousands of hashes (the index takes its lock
+        # a chunk at a time, so the loop's reads wait for a chunk at most).
+        change = await anyio.to_thread.run_sync(t.index.apply, batch.events)
+        self._metrics.kv_event_hashes.labels(t.up.label).set(t.index.known_hashes)
         if t.plan_key is None:
             return
         reason = "cleared" if change.cleared else "evicted"
@@ -236,7 +251,7 @@ class EngineResidency:
         if t.plan_key is None:
             return
         for prefix_id in t.index.prefix_ids:
-            self._schedule(t, prefix_id, "restart", at_once=True)
+            self._schedule(t, prefix_id, "restart")
         self._publish(t)
 
     def _publish(self, t: _Tracked) -> None:
@@ -273,12 +288,19 @@ class EngineResidency:
         refreshed: list[str] = []
         result = "failed"
         try:
+            # Every reason waits for --rewarm-interval since the prefix's last re-warm: a
+            # flood of restarts or clears must not chain re-warms. `go` (a learning probe, a
+            # request waiting for the prefix) skips only the quiet and in-flight waits.
             earliest = self._last_sent.get(key, -1e9) + self._settings.agent.rewarm_interval_s
             give_up_waiting = time.monotonic() + REWARM_MAX_DEFER_S
-            while not pending.go.is_set():
+            while True:
                 now = time.monotonic()
+                if now < earliest:
+                    await asyncio.sleep(min(earliest - now, POLL_S))
+                    continue
                 quiet = now - self._last_hit.get(t.up.position, -1e9) >= QUIET_S
-                if now >= earliest and quiet and (t.up.outstanding == 0 or now >= give_up_waiting):
+                idle = t.up.outstanding == 0 or now >= give_up_waiting
+                if pending.go.is_set() or (quiet and idle):
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(pending.go.wait(), POLL_S)
@@ -303,7 +325,14 @@ class EngineResidency:
             # tokens: what it prefills is read from the block index instead.
             prefill = sum(t.index.uncached_tokens(x, len(t.prompts[x])) for x in order)
             async with t.slots:
-                answer = await t.up.client.generate("completions", self._body(t, prompts))
+                t.index.reporting += 1  # its found-cached blocks come back as stores
+                try:
+                    answer = await t.up.client.generate(
+                        "completions", rewarm_body(t.up.model, prompts)
+                    )
+                finally:
+                    loop = asyncio.get_running_loop()
+                    loop.call_later(REPORT_GRACE_S, _unreport, t.index)
             self._metrics.keep_warm_requests.labels(t.up.label, "rewarm").inc()
             result = "ok" if answer.status_code == 200 else "failed"
             if answer.status_code != 200:
@@ -327,7 +356,7 @@ class EngineResidency:
         for (position, other), p in self._pending.items():
             if position != t.up.position or other == prefix_id or p.sent:
                 continue
-            if p.go.is_set() or now >= self._last_sent.get((position, other), -1e9) + interval:
+            if now >= self._last_sent.get((position, other), -1e9) + interval:
                 p.carried = p.sent = True
                 p.go.set()  # its own task stops waiting and leaves it to this one
                 taken.append((other, p))
@@ -341,17 +370,6 @@ class EngineResidency:
             self._schedule(t, prefix_id, pending.reason, at_once=pending.go.is_set())
         pending.done.set()
         self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
-
-    def _body(self, t: _Tracked, prompts: list[tuple[int, ...]]) -> bytes:
-        """Warm prompts as token ids, one output token each, blocks reported."""
-        body = {
-            "model": t.up.model,
-            "prompt": [list(ids) for ids in prompts] if len(prompts) > 1 else list(prompts[0]),
-            "max_tokens": 1,
-            "temperature": 0,
-            "vllm_xargs": REPORT_FULL,
-        }
-        return orjson.dumps(body)
 
     def _refresh(self, t: _Tracked, refilled: set[str]) -> list[str]:
         """The planned prefixes still whole on `t`'s upstream, to touch beside a refill, once
@@ -372,13 +390,5 @@ class EngineResidency:
         ]
 
 
-def _prompts(
-    plan: ResidencyPlan, up: Upstream, settings: ServeSettings
-) -> dict[str, tuple[int, ...]]:
-    """Each prefix's shared prompt on `up`: what warm prefilled, what a re-warm sends."""
-    assert up.model is not None
-    with VllmClient(up.url, timeout_s=60.0, api_key=settings.upstream_api_key) as client:
-        return {
-            p.id: tuple(shared_prefix_ids(client, up.model, p.prefix.text))
-            for p in plan.all_prefixes()
-        }
+def _unreport(index: BlockIndex) -> None:
+    index.reporting -= 1

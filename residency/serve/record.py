@@ -5,11 +5,13 @@ go to, followed through log rotation, its lines and reopenings counted."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Scope
 
 from residency.query_log import QueryLogWriter
 from residency.serve.telemetry import RouterMetrics
@@ -40,6 +42,12 @@ class RouterLogRecord(BaseModel):
     pruner_valid: bool | None = Field(default=None, description="Pruner answer was valid.")
     upstream: str | None = Field(default=None, description="Upstream position that served it.")
     outcome: Outcome = Field(description="How the request ended.")
+    source: str | None = Field(
+        default=None,
+        max_length=32,
+        description="Who asked: a hash of the API key sent, else of the client's address "
+        "(re-planning counts at most a share of its window per source).",
+    )
     status_code: int = Field(ge=100, le=599, description="HTTP status sent to the client.")
     prompt_tokens: int | None = Field(default=None, ge=0, description="usage.prompt_tokens.")
     cached_tokens: int | None = Field(
@@ -56,6 +64,17 @@ class RouterLogRecord(BaseModel):
     )
     ttft_ms: float | None = Field(default=None, ge=0, description="Arrival to first event.")
     total_ms: float = Field(ge=0, description="Arrival to the last byte.")
+
+
+def source_of(scope: Scope) -> str:
+    """A request's source for the query log: 'key:' and 12 hex digits of the sha256 of its
+    bearer token, else 'addr:' and those of the client's address (neither is stored)."""
+    header = dict(scope.get("headers") or []).get(b"authorization", b"")
+    if header[:7].lower() == b"bearer " and header[7:].strip():
+        return "key:" + hashlib.sha256(header[7:].strip()).hexdigest()[:12]
+    client = scope.get("client")
+    host = str(client[0]) if client else "unknown"
+    return "addr:" + hashlib.sha256(host.encode()).hexdigest()[:12]
 
 
 class RouterQueryLog:

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import orjson
+from pydantic import ValidationError
 
-from residency.errors import ConfigError, ResidencyError
+from residency.errors import ConfigError, CorpusError, ResidencyError
 from residency.index import Index
 from residency.planning.plan_model import (
     LogFileSummary,
@@ -32,8 +33,9 @@ from residency.planning.plan_model import (
     write_plan,
 )
 from residency.planning.run import plan_from_log
-from residency.query_log import LogEntry, LogRead, read_query_log
+from residency.query_log import LogEntry, LogRead, lines_from_end
 from residency.serve.agent_metrics import AgentMetrics
+from residency.serve.canary import read_canary
 from residency.serve.context import _retriever
 from residency.serve.reload import PlanReloader
 from residency.serve.settings import RetrieverName, ServeSettings
@@ -42,41 +44,118 @@ from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer,
 log = logging.getLogger("residency.serve")
 
 MIN_WINDOW = 10  # fewer logged questions than this: nothing to judge a plan on yet
+# Every 4th question of the window is held back: the new plan is made from the other three
+# quarters and must gain on that quarter too (a plan fitted to its own questions gains on them
+# whatever they are).
+HOLD_BACK_EVERY = 4
+SCAN_FACTOR = 20  # lines read from the log's end at most, per question of the window
 
 
 @dataclass(frozen=True, slots=True)
 class Judgement:
-    """One re-plan: the window, both plans' coverage of it, and the plan made from it."""
+    """One re-plan: the window, both plans' coverage of it and of its held-back part (the
+    questions the new plan was not made from), of the canary's questions where one is set,
+    and the plan made from the rest of the window."""
 
     questions: int
     current: float
     candidate: float
     plan: ResidencyPlan
+    held_current: float = 0.0
+    held_candidate: float = 0.0
+    canary_current: float | None = None
+    canary_candidate: float | None = None
 
     @property
     def gain(self) -> float:
         """Candidate minus current coverage."""
         return self.candidate - self.current
 
+    @property
+    def held_gain(self) -> float:
+        """Candidate minus current coverage of the held-back questions."""
+        return self.held_candidate - self.held_current
 
-def read_window(path: Path, size: int) -> LogRead:
-    """The latest `size` questions of a query log (file order: the order they were asked)."""
-    read = read_query_log(path)
-    return LogRead(entries=read.entries[-size:], skipped=())
+    def swap(self, margin: float) -> bool:
+        """The new plan gains more than `margin` on the window and on its held-back part, and
+        loses no more than `margin` on the canary's labelled questions (where there are)."""
+        canary_ok = (
+            self.canary_current is None
+            or self.canary_candidate is None
+            or self.canary_candidate >= self.canary_current - margin
+        )
+        return self.gain > margin and self.held_gain > margin and canary_ok
+
+
+def read_window(path: Path, size: int, source_share: float = 1.0) -> LogRead:
+    """The latest `size` answered questions of a query log, read from its end (file order:
+    the order they were asked). A line counts only when its request was answered (`outcome`
+    ok, or no outcome: a log not written by the router); a source (`source`: API key or client
+    address) counts at most `source_share` of the window, each question of it once. At most
+    SCAN_FACTOR * size lines are read, so a log of refused requests costs a bounded read."""
+    cap = max(1, int(size * source_share))
+    per_source: dict[str, int] = {}
+    seen: set[tuple[str, str]] = set()
+    newest_first: list[LogEntry] = []
+    try:
+        for line in lines_from_end(path, size * SCAN_FACTOR):
+            entry, source = _answered(line)
+            if entry is None:
+                continue
+            if source is not None:
+                if (source, entry.query) in seen or per_source.get(source, 0) >= cap:
+                    continue
+                seen.add((source, entry.query))
+                per_source[source] = per_source.get(source, 0) + 1
+            newest_first.append(entry)
+            if len(newest_first) >= size:
+                break
+    except OSError as exc:
+        raise CorpusError(f"--log {path}: cannot read it ({exc.strerror})") from None
+    return LogRead(entries=tuple(reversed(newest_first)), skipped=())
+
+
+def _answered(line: bytes) -> tuple[LogEntry | None, str | None]:
+    """The line's question and source, when it is one and its request was answered."""
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None, None
+    if not isinstance(raw, dict) or raw.get("outcome", "ok") != "ok":
+        return None, None
+    try:
+        entry = LogEntry.model_validate(raw)
+    except ValidationError:
+        return None, None
+    source = raw.get("source")
+    return entry, source if isinstance(source, str) else None
+
+
+def top_chunks(index: Index, retriever: RetrieverName, queries: Iterable[str]) -> dict[str, str]:
+    """Each distinct query's top chunk id through `retriever` ('' when nothing is found):
+    one retrieval per question, however many plans are judged on it."""
+    search = _retriever(index, retriever)
+    out: dict[str, str] = {}
+    for query in queries:
+        if query not in out:
+            hits = search.search(query, 1)
+            out[query] = hits[0].id if hits else ""
+    return out
+
+
+def coverage(plan: ResidencyPlan, tops: dict[str, str], entries: Sequence[LogEntry]) -> float:
+    """Share of the entries (by count) whose top chunk (`tops`) is resident in `plan`."""
+    resident = plan.resident_chunk_ids()
+    total = sum(e.count for e in entries)
+    covered = sum(e.count for e in entries if tops.get(e.query, "") in resident)
+    return covered / total if total else 0.0
 
 
 def window_coverage(
     plan: ResidencyPlan, index: Index, retriever: RetrieverName, entries: Sequence[LogEntry]
 ) -> float:
     """Share of the entries (by count) whose top chunk through `retriever` is resident."""
-    resident = plan.resident_chunk_ids()
-    search = _retriever(index, retriever)
-    total = covered = 0
-    for entry in entries:
-        hits = search.search(entry.query, 1)
-        total += entry.count
-        covered += entry.count if hits and hits[0].id in resident else 0
-    return covered / total if total else 0.0
+    return coverage(plan, top_chunks(index, retriever, (e.query for e in entries)), entries)
 
 
 def encoder_of(plan: ResidencyPlan, upstream: str) -> ModelTokenizer:
@@ -91,15 +170,29 @@ def encoder_of(plan: ResidencyPlan, upstream: str) -> ModelTokenizer:
 
 
 def replan(
-    plan: ResidencyPlan, index: Index, settings: ServeSettings, window: LogRead, source: Path
+    plan: ResidencyPlan,
+    index: Index,
+    settings: ServeSettings,
+    window: LogRead,
+    source: Path,
+    canary: Sequence[str] = (),
 ) -> Judgement:
-    """A plan from the window, judged against the served one (CPU-bound: run in a thread)."""
-    stamps = [e.ts for e in window.entries if e.ts is not None]
+    """A plan from the window less its held-back part (every HOLD_BACK_EVERY-th question),
+    judged against the served one on the whole window, on the held-back part and on the
+    `canary` questions (CPU-bound: run in a thread)."""
+    held = window.entries[HOLD_BACK_EVERY - 1 :: HOLD_BACK_EVERY]
+    made_from = LogRead(
+        entries=tuple(
+            e for i, e in enumerate(window.entries) if i % HOLD_BACK_EVERY != HOLD_BACK_EVERY - 1
+        ),
+        skipped=(),
+    )
+    stamps = [e.ts for e in made_from.entries if e.ts is not None]
     files = (
         LogFileSummary(
             path=str(source),
-            entries=len(window.entries),
-            total_count=window.total_count,
+            entries=len(made_from.entries),
+            total_count=made_from.total_count,
             skipped=0,
             first_ts=min(stamps) if stamps else None,
             last_ts=max(stamps) if stamps else None,
@@ -112,7 +205,7 @@ def replan(
     pins = tuple(dict.fromkeys(i.section_id for i in plan.resident if i.pinned))
     candidate = plan_from_log(
         index,
-        window,
+        made_from,
         files,
         plan.capacity,
         encoder_of(plan, settings.upstreams[0]),
@@ -120,11 +213,17 @@ def replan(
         pins,
     )
     entries = window.entries
+    tops = top_chunks(index, settings.retriever, [*(e.query for e in entries), *canary])
+    asked = [LogEntry(query=q) for q in canary]
     return Judgement(
         questions=window.total_count,
-        current=window_coverage(plan, index, settings.retriever, entries),
-        candidate=window_coverage(candidate, index, settings.retriever, entries),
+        current=coverage(plan, tops, entries),
+        candidate=coverage(candidate, tops, entries),
         plan=candidate,
+        held_current=coverage(plan, tops, held),
+        held_candidate=coverage(candidate, tops, held),
+        canary_current=coverage(plan, tops, asked) if asked else None,
+        canary_candidate=coverage(candidate, tops, asked) if asked else None,
     )
 
 
@@ -151,12 +250,25 @@ class Replanner:
             await asyncio.sleep(self._agent.replan_every_s)
             await self.step()
 
+    def _canary_questions(self) -> list[str]:
+        """The canary's labelled questions, where --canary is set (unreadable: none)."""
+        if self._agent.canary is None:
+            return []
+        try:
+            return [q.query for q in read_canary(self._agent.canary)]
+        except ConfigError as exc:
+            log.info("re-plan: judged without the canary set (%s)", exc)
+            return []
+
     async def step(self) -> str:
         """One re-plan: 'swap', 'keep', 'refused', 'failed' or 'waiting' (too few questions)."""
         state = self._reloader.router.state
         try:
             window = await anyio.to_thread.run_sync(
-                read_window, self._log_path, self._agent.replan_window
+                read_window,
+                self._log_path,
+                self._agent.replan_window,
+                self._agent.replan_source_share,
             )
         except ResidencyError as exc:
             log.info("re-plan: query log unreadable (%s); next try in %g s", exc,
@@ -166,8 +278,9 @@ class Replanner:
             return "waiting"
         plan, index = state.builder.plan, state.builder.index
         try:
+            canary = await anyio.to_thread.run_sync(self._canary_questions)
             judged = await anyio.to_thread.run_sync(
-                replan, plan, index, self._settings, window, self._log_path
+                replan, plan, index, self._settings, window, self._log_path, canary
             )
         except Exception as exc:  # a plan that cannot be made leaves the served one alone
             why = str(exc) if isinstance(exc, ResidencyError) else f"{type(exc).__name__}: {exc}"
@@ -181,9 +294,12 @@ class Replanner:
         said = (
             f"re-plan over the last {judged.questions} questions: plan {state.short_sha} covers "
             f"{judged.current:.3f}, the plan made from them {judged.candidate:.3f} "
-            f"({judged.gain:+.3f}, margin {self._agent.replan_margin:.3f})"
+            f"({judged.gain:+.3f}, margin {self._agent.replan_margin:.3f}); held back "
+            f"{judged.held_current:.3f} -> {judged.held_candidate:.3f}"
         )
-        if judged.gain <= self._agent.replan_margin:
+        if judged.canary_current is not None:
+            said += f"; canary {judged.canary_current:.3f} -> {judged.canary_candidate:.3f}"
+        if not judged.swap(self._agent.replan_margin):
             log.info("%s: keeping plan %s", said, state.short_sha)
             m.replans.labels("keep").inc()
             return "keep"

@@ -1,13 +1,12 @@
-"""The request path: read and validate (guard.py, validation.py), retrieve and route, assemble
-the prompt, forward to the least busy upstream, stream its bytes back, then log and count the
-request.
+"""The request path: read and validate (guard.py, validation.py), retrieve and route, assemble the
+prompt, forward to the least busy upstream, stream its bytes back, log and count it.
 
 Streams pass through event by event, untouched, except the usage-only chunk the router asks for
 (`stream_options.include_usage`, to read cached tokens) when the client did not ask for it. An
-upstream that fails before answering is retried on the next one; one that dies mid-stream ends
-the client's stream with an OpenAI-shaped error event and `[DONE]`. Only transport failures
-take an upstream out of rotation, never what a client's request made it answer. A client that
-disconnects cancels the upstream request (closing its connection makes vLLM abort it).
+upstream that fails before answering is retried on the next one; one that dies mid-stream ends the
+client's stream with an OpenAI-shaped error event and `[DONE]`. Only transport failures take an
+upstream out of rotation, never what a client's request made it answer. A client that disconnects
+cancels the upstream request (closing its connection makes vLLM abort it). SIGTERM: drain.py.
 """
 
 from __future__ import annotations
@@ -27,13 +26,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from residency.errors import BackendError
+from residency.serve import drain as shutdown
 from residency.serve.context import RequestContext
 from residency.serve.errors import error_response, unavailable
-from residency.serve.guard import ClientGoneError, Slots, read_body
+from residency.serve.guard import ClientGoneError, Slots, read_body, wait_disconnect
 from residency.serve.headers import route_headers
 from residency.serve.keepwarm import KeepWarm
 from residency.serve.prompt import assemble_messages
-from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog
+from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog, source_of
 from residency.serve.settings import ServeSettings
 from residency.serve.state import ServingState
 from residency.serve.telemetry import RouterMetrics
@@ -74,6 +74,7 @@ class Exchange:
     usage: dict[str, Any] | None = None
     ttft_s: float | None = None
     forward_s: float | None = None  # arrival -> request handed to the upstream
+    source: str | None = None  # who asked (record.source_of): re-planning caps each
 
     def headers(self) -> dict[str, str]:
         """What the router tells the client about its choice (ids only, no addresses)."""
@@ -82,8 +83,7 @@ class Exchange:
 
 
 class Router:
-    """Owns the serving state (swapped whole on reload), the pool, the HTTP client, metrics
-    and the query log."""
+    """Owns the serving state (swapped whole on reload), pool, HTTP client, metrics, query log."""
 
     def __init__(
         self,
@@ -103,6 +103,7 @@ class Router:
         self.log = RouterQueryLog(settings.log, metrics) if settings.log else None
         self._limiter = anyio.CapacityLimiter(2)
         self.keep_warm = KeepWarm(metrics, lambda: self.state.keep_warm)
+        self.drain = shutdown.Drain(settings.shutdown_timeout_s)  # the app's, set at start
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
@@ -141,7 +142,7 @@ class Router:
             self.metrics.prune.observe(ctx.prune.elapsed_s)
             if not ctx.prune.valid:
                 self.metrics.pruner_invalid.inc()
-        ex = Exchange(endpoint, ctx, started=arrived, ts=ts)
+        ex = Exchange(endpoint, ctx, started=arrived, ts=ts, source=source_of(request.scope))
         prefix_text = builder.prefix_text(retrieval.prefix_id)
         assembled = assemble_messages(req.messages, prefix_text, ctx.block)
         body = req.body
@@ -212,8 +213,12 @@ class Router:
         async with self.pool.lease(up):
             self._forwarded(ex)
             task = asyncio.ensure_future(up.client.generate(ex.endpoint, payload))
-            gone = asyncio.ensure_future(_wait_disconnect(request))
-            done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            gone = asyncio.ensure_future(wait_disconnect(request))
+            try:
+                done = await shutdown.first_done({task, gone}, self.drain.expired)
+            except shutdown.DrainExpiredError:  # vLLM aborts it; the client may retry elsewhere
+                ex.upstream = up
+                return self._finish_error(ex, shutdown.shutting_down())
             if task not in done:
                 task.cancel()  # closes the upstream connection: vLLM aborts the request
                 ex.upstream, ex.outcome, ex.status_code = up, "disconnected", 499
@@ -243,10 +248,14 @@ class Router:
         await self.pool.acquire(up)
         try:
             self._forwarded(ex)
-            response = await up.client.open_stream(ex.endpoint, payload)
-        except BaseException:
+            opening = up.client.open_stream(ex.endpoint, payload)
+            response = await shutdown.before_expiry(opening, self.drain.expired)
+        except BaseException as exc:
             self.pool.release(up)
-            raise
+            if not isinstance(exc, shutdown.DrainExpiredError):
+                raise
+            ex.upstream = up
+            return self._finish_error(ex, shutdown.shutting_down())
         ex.upstream = up
         if response.status_code != 200:
             try:
@@ -275,7 +284,7 @@ class Router:
         splitter = EventSplitter()
         sent_done = False  # the client has [DONE]: whatever happens next, the stream is complete
         try:
-            async for data in response.chunks():
+            async for data in shutdown.until_expired(response.chunks(), self.drain.expired):
                 for event in splitter.feed(data):
                     if ex.ttft_s is None:
                         ex.ttft_s = time.perf_counter() - ex.started
@@ -289,6 +298,11 @@ class Router:
             if not sent_done:  # an answer without [DONE] says nothing about the server's health
                 ex.outcome, ex.status_code = "upstream_error", 502
                 yield error_event("the model server ended the stream early; it is incomplete")
+                yield DONE
+        except shutdown.DrainExpiredError:  # shutting down: the client gets an end it can read
+            if not sent_done:
+                ex.outcome, ex.status_code = "unavailable", 503
+                yield error_event("the router is shutting down; the answer is incomplete")
                 yield DONE
         except TransportError as exc:  # the connection failed: out until its next health check
             if not sent_done:
@@ -356,6 +370,7 @@ class Router:
             pruner_valid=prune.valid if prune is not None else None,
             upstream=ex.upstream.label if ex.upstream is not None else None,
             outcome=ex.outcome,
+            source=ex.source,
             status_code=ex.status_code,
             prompt_tokens=usage.prompt_tokens,
             cached_tokens=usage.cached_tokens,
@@ -383,11 +398,3 @@ class Router:
         if self.log is not None:
             self.log.close()
             self.log = None
-
-
-async def _wait_disconnect(request: Request) -> None:
-    """Return when the client goes away (the body has been read already)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return

@@ -159,6 +159,14 @@ class ServeSettings(BaseModel):
     request_timeout_s: Annotated[float, Flag("--request-timeout")] = Field(
         default=600.0, gt=0, description="Seconds one upstream request may take."
     )
+    shutdown_timeout_s: Annotated[float, Flag("--shutdown-timeout")] = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Seconds after SIGTERM the requests in flight may take to finish (long "
+        "enough for a 32K-token prompt on an H100 or a large CPU host); then each still "
+        "running gets a 503 (or an error event, streaming) and the router exits.",
+    )
     limits: Annotated[RequestLimits, Section(panel=SAFE)] = Field(
         default_factory=lambda: RequestLimits(), description="What one request may cost."
     )

@@ -1,142 +1,58 @@
-"""vLLM's KV-cache events: the wire format and a ZMQ subscriber with gap replay. Decides nothing.
+"""vLLM's KV-cache events: the ZMQ subscriber with gap replay, and where a server publishes them.
+Decides nothing.
 
 vLLM 0.32 (`vllm/distributed/kv_events.py`, `--kv-events-config '{"enable_kv_cache_events":
 true, "publisher": "zmq", "endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}'`)
 publishes every engine step's events on a PUB socket as three frames: the topic, an 8-byte
-big-endian sequence number, and a msgpack `KVEventBatch` encoded by msgspec —
-`[ts, [event, ...], data_parallel_rank]`, each event a map tagged by its class name:
-
-    {"type": "BlockStored", "block_hashes": [h, ...], "parent_block_hash": h | None,
-     "token_ids": [...], "block_size": 16, "lora_id": None, "medium": "GPU", "group_idx": 0}
-    {"type": "BlockRemoved", "block_hashes": [h, ...], "medium": "GPU", "group_idx": 0}
-    {"type": "AllBlocksCleared"}
-
-A hash is 32 sha256 bytes (an int with VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES). Fields left at
-their defaults are omitted (`omit_defaults`), and older layouts encoded an event as an array
-(tag first, then the fields in order): both are read. The ROUTER socket at the replay endpoint
-answers a request frame holding a start sequence number (8 bytes, big-endian) with every
-buffered batch from it on, as (topic, seq, payload), then an end marker whose seq is -1.
+big-endian sequence number, and a msgpack `KVEventBatch` (decoded in kv_wire.py, whose names
+are importable from here too). The ROUTER socket at the replay endpoint answers a request frame
+holding a start sequence number (8 bytes, big-endian) with every buffered batch from it on, as
+(topic, seq, payload), then an end marker whose seq is -1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from residency.vllm_client.kv_wire import (
+    AllBlocksCleared,
+    BlockHash,
+    BlockRemoved,
+    BlockStored,
+    EventBatch,
+    KvEvent,
+    KvEventsError,
+    decode_batch,
+)
+
+__all__ = [  # the wire's names stay importable from here
+    "AllBlocksCleared", "BlockHash", "BlockRemoved", "BlockStored", "EventBatch", "EventSource",
+    "KvEvent", "KvEventSubscriber", "KvEventsError", "connect_address", "decode_batch",
+    "first_source", "sources_from", "stop_task",
+]  # fmt: skip
+
 log = logging.getLogger("residency.kv_events")
 
-BlockHash = bytes | int
 END_SEQ = -1
 REPLAY_TIMEOUT_S = 10.0
 # A sequence number this far below the last one means a new publisher, not a late copy.
 RESTART_GAP = 1000
-# Field order of the array layout (vLLM's example subscriber declares events array_like).
-_STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id")
-_REMOVED_FIELDS = ("block_hashes", "medium")
-
-
-class KvEventsError(Exception):
-    """A payload that is not a KV event batch, or a replay that did not answer."""
-
-
-@dataclass(frozen=True, slots=True)
-class BlockStored:
-    """Full blocks newly cached (or, with kv_cache_report_mode "full", found cached): the
-    hashes in chain order, the first block's parent, and the token ids they hold."""
-
-    block_hashes: tuple[BlockHash, ...]
-    parent_block_hash: BlockHash | None
-    token_ids: tuple[int, ...]
-    block_size: int
-    group_idx: int | None
-    medium: str | None
-    keyed: bool  # LoRA or extra keys in the hash: its blocks are not the tokens alone
-
-
-@dataclass(frozen=True, slots=True)
-class BlockRemoved:
-    """Blocks whose hashes left the prefix cache (evicted or replaced)."""
-
-    block_hashes: tuple[BlockHash, ...]
-    group_idx: int | None
-    medium: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class AllBlocksCleared:
-    """The whole prefix cache was reset (`/reset_prefix_cache`, sleep)."""
-
-
-KvEvent = BlockStored | BlockRemoved | AllBlocksCleared
-
-
-@dataclass(frozen=True, slots=True)
-class EventBatch:
-    """One published batch: its sequence number, the engine's timestamp and its events."""
-
-    seq: int
-    ts: float
-    events: tuple[KvEvent, ...]
-
-
-def decode_batch(seq: int, payload: bytes) -> EventBatch:
-    """The batch in one payload; `KvEventsError` when it is not one."""
-    import msgspec
-
-    try:
-        raw = msgspec.msgpack.decode(payload)
-    except msgspec.DecodeError as exc:
-        raise KvEventsError(f"KV event batch {seq}: not msgpack ({exc})") from None
-    if not isinstance(raw, list | tuple) or len(raw) < 2 or not isinstance(raw[1], list):
-        raise KvEventsError(f"KV event batch {seq}: expected [ts, [events...], ...]")
-    events = tuple(e for e in (_event(x) for x in raw[1]) if e is not None)
-    return EventBatch(seq, float(raw[0]), events)
-
-
-def _event(raw: Any) -> KvEvent | None:
-    """One event from its map (or array) form; an unknown kind is skipped (None)."""
-    if isinstance(raw, list | tuple) and raw and isinstance(raw[0], str):
-        kind = raw[0]
-        names = _STORED_FIELDS if kind == "BlockStored" else _REMOVED_FIELDS
-        fields: dict[str, Any] = dict(zip(names, raw[1:], strict=False))
-    elif isinstance(raw, dict):
-        kind, fields = str(raw.get("type", "")), raw
-    else:
-        raise KvEventsError(f"KV event {raw!r:.80}: neither a map nor an array")
-    if kind == "AllBlocksCleared":
-        return AllBlocksCleared()
-    hashes = tuple(_hash(h) for h in fields.get("block_hashes") or ())
-    if kind == "BlockRemoved":
-        return BlockRemoved(hashes, fields.get("group_idx"), fields.get("medium"))
-    if kind == "BlockStored":
-        parent = fields.get("parent_block_hash")
-        extra = fields.get("extra_keys")
-        keyed = bool(fields.get("lora_name") or fields.get("lora_id")) or bool(
-            extra and any(k for k in extra)
-        )
-        return BlockStored(
-            block_hashes=hashes,
-            parent_block_hash=None if parent is None else _hash(parent),
-            token_ids=tuple(int(t) for t in fields.get("token_ids") or ()),
-            block_size=int(fields.get("block_size") or 0),
-            group_idx=fields.get("group_idx"),
-            medium=fields.get("medium"),
-            keyed=keyed,
-        )
-    return None
-
-
-def _hash(value: Any) -> BlockHash:
-    if isinstance(value, bytes | int):
-        return value
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    raise KvEventsError(f"block hash {value!r:.80} is neither bytes nor an int")
+# The largest message read (ZMQ_MAXMSGSIZE). One engine step's batch holds its new blocks: a
+# 32K-token prefill with 16-token blocks is 2,048 hashes (32 B each) and 32,768 token ids,
+# about 170 KB of msgpack; 4 MiB is some 25 of those in one step.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+RCV_HWM = 64  # messages ZMQ queues unread: at most RCV_HWM * max_bytes buffered
+BAD_LOG_EVERY_S = 60.0  # a kind of bad batch is logged at most once per this
+DUTY_IDLE = 1.0  # after each batch, idle this many times the time it took to apply ...
+MAX_IDLE_S = 0.1  # ... at most this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,60 +104,160 @@ def connect_address(endpoint: str, host: str) -> str:
     return f"tcp://{bound}:{port}"
 
 
+class BadBatchLog:
+    """Logs refused batches once per kind, then at most once per `every_s` per kind with the
+    number refused meanwhile: a publisher sending garbage on every step must not flood the
+    router's log."""
+
+    def __init__(self, where: str, every_s: float = BAD_LOG_EVERY_S) -> None:
+        self._where = where
+        self._every_s = every_s
+        self._last: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def __call__(self, kind: str, message: str) -> None:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._every_s:
+            self._since[kind] = self._since.get(kind, 0) + 1
+            return
+        more = self._since.pop(kind, 0)
+        also = f" ({more} more of this kind since the last report)" if more else ""
+        log.warning("KV events %s: skipped a bad batch: %s%s", self._where, message, also)
+        self._last[kind] = now
+
+
 class KvEventSubscriber:
     """Follows one publisher: replays its buffer first (what was cached before we listened),
     then reads batches as they come, replaying any gap in the sequence numbers. `on_batch`
-    gets every batch once, in order; `on_reset` is called when the sequence starts over (the
-    publisher restarted: whatever was known of its cache is void)."""
+    gets every batch once, in order (it may be a coroutine function: it is awaited);
+    `on_reset` is called when the sequence starts over (the publisher restarted: whatever was
+    known of its cache is void).
+
+    The stream is untrusted input: a message larger than `max_bytes` is dropped by ZMQ itself
+    (MAXMSGSIZE: the connection is closed and made again), a malformed one is counted through
+    `on_bad(kind)`, logged (rate-limited) and skipped, and nothing a publisher sends ends the
+    subscription. Payloads are decoded in a worker thread, off the event loop."""
 
     def __init__(
         self,
         source: EventSource,
-        on_batch: Callable[[EventBatch], None],
+        on_batch: Callable[[EventBatch], object],
         on_reset: Callable[[], None],
+        on_bad: Callable[[str], None] | None = None,
+        max_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.source = source
         self._on_batch = on_batch
         self._on_reset = on_reset
+        self._on_bad = on_bad
+        self._max_bytes = max_bytes
+        self._log_bad = BadBatchLog(source.endpoint)
         self.last_seq: int | None = None
         self.batches = 0
         self.replayed = 0
+        self.bad = 0
+
+    def _socket(self, kind: int) -> Any:
+        import zmq
+        import zmq.asyncio
+
+        sock = zmq.asyncio.Context.instance().socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_bytes)
+        sock.setsockopt(zmq.RCVHWM, RCV_HWM)  # queued messages: memory <= RCV_HWM * max_bytes
+        return sock
 
     async def run(self) -> None:
         """Subscribe and deliver batches until cancelled."""
         import zmq
         import zmq.asyncio
+        from zmq.utils.monitor import parse_monitor_message
 
-        ctx = zmq.asyncio.Context.instance()
-        sub = ctx.socket(zmq.SUB)
-        sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
-        sub.setsockopt(zmq.LINGER, 0)
-        sub.connect(self.source.endpoint)
+        sub, monitor = self._subscribe()
         try:
             await self._replay(0)  # what the buffer still holds: blocks cached before we came
             while True:
-                frames = await sub.recv_multipart()
-                if len(frames) != 3:
-                    log.warning("KV events %s: a message of %d frames", self.source.endpoint,
-                                len(frames))  # fmt: skip
-                    continue
-                seq = int.from_bytes(frames[1], "big", signed=True)
-                last = self.last_seq
-                if last is not None and seq <= last:
-                    if last - seq <= RESTART_GAP:
-                        continue  # already delivered by a replay (a restart that soon after
-                        # its start is caught when the router sees the upstream come back)
-                    self._restart()  # numbering started over: a new engine
-                    await self._replay(0)
-                    if self.last_seq is not None and seq <= self.last_seq:
-                        continue
-                elif last is not None and seq > last + 1:
-                    await self._replay(last + 1)
-                    if self.last_seq is not None and seq <= self.last_seq:
-                        continue
-                self._deliver(seq, frames[2])
+                poller = zmq.asyncio.Poller()
+                poller.register(sub, zmq.POLLIN)
+                poller.register(monitor, zmq.POLLIN)
+                ready = dict(await poller.poll())
+                if sub in ready:  # what is queued goes first: a disconnect comes after it
+                    await self._read(sub)
+                elif monitor in ready:
+                    event = parse_monitor_message(await monitor.recv_multipart())
+                    if event["event"] == zmq.EVENT_DISCONNECTED:
+                        # ZMQ drops a message over MAXMSGSIZE by closing the connection, and
+                        # does not connect again: a new socket does (gaps are replayed).
+                        why = f"a message over {self._max_bytes} bytes, or the publisher left"
+                        self._bad("disconnect", f"connection dropped ({why}); reconnecting")
+                        self._close(sub, monitor)
+                        sub, monitor = self._subscribe()
         finally:
-            sub.close(linger=0)
+            self._close(sub, monitor)
+
+    async def _read(self, sub: Any) -> None:
+        frames = await sub.recv_multipart()
+        try:
+            await self._receive(frames)
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # whatever a message did, the next one is read
+            self._bad("internal", f"{type(exc).__name__}: {exc}")
+
+    def _subscribe(self) -> tuple[Any, Any]:
+        import zmq
+
+        sub = self._socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, self.source.topic.encode())
+        monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        sub.connect(self.source.endpoint)
+        return sub, monitor
+
+    @staticmethod
+    def _close(sub: Any, monitor: Any) -> None:
+        sub.disable_monitor()
+        monitor.close(linger=0)
+        sub.close(linger=0)
+
+    async def _receive(self, frames: list[bytes]) -> None:
+        seq = self._seq(frames)
+        if seq is None:
+            return
+        last = self.last_seq
+        if last is not None and seq <= last:
+            if last - seq <= RESTART_GAP:
+                return  # already delivered by a replay (a restart that soon after its start
+                # is caught when the router sees the upstream come back)
+            self._restart()  # numbering started over: a new engine
+            await self._replay(0)
+            if self.last_seq is not None and seq <= self.last_seq:
+                return
+        elif last is not None and seq > last + 1:
+            await self._replay(last + 1)
+            if self.last_seq is not None and seq <= self.last_seq:
+                return
+        await self._deliver(seq, frames[2])
+
+    def _seq(self, frames: Sequence[bytes]) -> int | None:
+        """The message's sequence number: 8 bytes, not negative; None (counted) otherwise."""
+        if len(frames) != 3:
+            self._bad("frames", f"a message of {len(frames)} frames (expected 3)")
+            return None
+        if len(frames[1]) != 8:
+            self._bad("seq", f"a sequence frame of {len(frames[1])} bytes (expected 8)")
+            return None
+        seq = int.from_bytes(frames[1], "big", signed=True)
+        if seq < 0:
+            self._bad("seq", f"sequence number {seq} is negative")
+            return None
+        return seq
+
+    def _bad(self, kind: str, message: str) -> None:
+        self.bad += 1
+        if self._on_bad is not None:
+            self._on_bad(kind)
+        self._log_bad(kind, message)
 
     def _restart(self) -> None:
         log.info("KV events %s: sequence restarted; the cache is unknown again",
@@ -249,44 +265,57 @@ class KvEventSubscriber:
         self.last_seq = None
         self._on_reset()
 
-    def _deliver(self, seq: int, payload: bytes) -> None:
-        try:
-            batch = decode_batch(seq, payload)
-        except KvEventsError as exc:
-            log.warning("KV events %s: %s", self.source.endpoint, exc)
-            self.last_seq = seq
+    async def _deliver(self, seq: int, payload: bytes) -> None:
+        self.last_seq = seq  # a bad batch is skipped, never asked for again
+        if len(payload) > self._max_bytes:
+            self._bad("size", f"batch {seq} of {len(payload)} bytes (limit {self._max_bytes})")
             return
-        self.last_seq = seq
+        started = time.perf_counter()
+        try:
+            batch = await asyncio.to_thread(decode_batch, seq, payload)
+        except KvEventsError as exc:
+            self._bad(exc.kind, str(exc))
+            return
         self.batches += 1
-        self._on_batch(batch)
+        try:
+            done = self._on_batch(batch)
+            if inspect.isawaitable(done):
+                await done
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:
+            self._bad("apply", f"batch {seq}: {type(exc).__name__}: {exc}")
+        finally:
+            # The worker thread holds the GIL while it decodes and applies: as long again
+            # idle, so a flood takes at most about half of the event loop's time (a batch of
+            # vLLM's usual size costs well under a millisecond: no lag worth the name).
+            spent = time.perf_counter() - started
+            await asyncio.sleep(min(spent * DUTY_IDLE, MAX_IDLE_S))
 
     async def _replay(self, start: int) -> None:
         """Ask the replay endpoint for every batch from `start` (none: nothing to do)."""
         if self.source.replay_endpoint is None:
             return
         import zmq
-        import zmq.asyncio
 
-        ctx = zmq.asyncio.Context.instance()
-        dealer = ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
+        dealer = self._socket(zmq.DEALER)
         dealer.connect(self.source.replay_endpoint)
         try:
-            await dealer.send_multipart((b"", start.to_bytes(8, "big")))
+            await dealer.send_multipart((b"", max(start, 0).to_bytes(8, "big")))
             while True:
                 frames = await asyncio.wait_for(dealer.recv_multipart(), REPLAY_TIMEOUT_S)
                 frames = frames[1:] if frames and frames[0] == b"" else frames
-                if len(frames) != 3:
-                    continue
-                seq = int.from_bytes(frames[1], "big", signed=True)
-                if seq == END_SEQ:
+                if len(frames) == 3 and frames[1] == END_SEQ.to_bytes(8, "big", signed=True):
                     return
-                if self.last_seq is None or seq > self.last_seq:
+                seq = self._seq(frames)
+                if seq is not None and (self.last_seq is None or seq > self.last_seq):
                     self.replayed += 1
-                    self._deliver(seq, frames[2])
+                    await self._deliver(seq, frames[2])
         except TimeoutError:
             log.warning("KV events %s: replay from %d got no end marker in %g s",
                         self.source.replay_endpoint, start, REPLAY_TIMEOUT_S)  # fmt: skip
+        except zmq.ZMQError as exc:
+            self._bad("replay", f"replay from {start}: {exc}")
         finally:
             dealer.close(linger=0)
 
