@@ -213,6 +213,21 @@ def test_a_bookmarked_heading_over_a_drawing_keeps_its_section() -> None:
     assert drafts[0].text.endswith("\nArrow Styles")
 
 
+def test_an_outline_title_set_beside_a_button_starts_its_section() -> None:
+    pages = _drawing_pages()
+    pages[1] = [
+        Text(72, 790, 10, "The line tool's last words, run over from page 1."),
+        Text(72, 760, 16, "Arrow Styles", bold=True),
+        Text(400, 760, 16, "Next Page"),  # a navigation button on the title's line
+        *(Text(72, 740 - 14 * k, 10, BODY) for k in range(2)),
+    ]
+    drafts = _read(pages, [("Line Tool", 0), ("Arrow Styles", 1), ("Curves", 2)])
+    assert _headings(drafts) == ["Line Tool", "Arrow Styles", "Curves"]
+    assert drafts[1].text.startswith("Arrow Styles Next Page\n" + BODY)
+    assert drafts[1].page == 2
+    assert drafts[0].text.endswith("run over from page 1.")  # not moved under the new title
+
+
 def test_a_page_number_is_never_a_heading() -> None:
     page = [
         Text(72, 780, 18, "Membership form", bold=True),
