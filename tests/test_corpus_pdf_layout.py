@@ -188,6 +188,58 @@ def test_an_outline_found_on_its_pages_is_used() -> None:
     assert [d.page for d in drafts] == [1, 2, 3]
 
 
+def _drawing_pages() -> list[list[Text]]:
+    """A guide whose second page is a drawing: its title is the page's only text."""
+    return [
+        [
+            Text(72, 760, 16, "Line Tool", bold=True),
+            *(Text(72, 740 - 14 * k, 10, BODY) for k in range(4)),
+        ],
+        [Text(72, 760, 16, "Arrow Styles", bold=True)],
+        [
+            Text(72, 760, 16, "Curves", bold=True),
+            *(Text(72, 740 - 14 * k, 10, BODY) for k in range(4)),
+        ],
+    ]
+
+
+def test_a_bookmarked_heading_over_a_drawing_keeps_its_section() -> None:
+    drafts = _read(_drawing_pages(), [("Line Tool", 0), ("Arrow Styles", 1), ("Curves", 2)])
+    assert _headings(drafts) == ["Line Tool", "Arrow Styles", "Curves"]
+    assert (drafts[1].text, drafts[1].page) == ("Arrow Styles", 2)
+    # told by its size alone, a title with no text under it stays text of the section before
+    drafts = _read(_drawing_pages())
+    assert _headings(drafts) == ["Line Tool", "Curves"]
+    assert drafts[0].text.endswith("\nArrow Styles")
+
+
+def test_an_outline_title_set_beside_a_button_starts_its_section() -> None:
+    pages = _drawing_pages()
+    pages[1] = [
+        Text(72, 790, 10, "The line tool's last words, run over from page 1."),
+        Text(72, 760, 16, "Arrow Styles", bold=True),
+        Text(400, 760, 16, "Next Page"),  # a navigation button on the title's line
+        *(Text(72, 740 - 14 * k, 10, BODY) for k in range(2)),
+    ]
+    drafts = _read(pages, [("Line Tool", 0), ("Arrow Styles", 1), ("Curves", 2)])
+    assert _headings(drafts) == ["Line Tool", "Arrow Styles", "Curves"]
+    assert drafts[1].text.startswith("Arrow Styles Next Page\n" + BODY)
+    assert drafts[1].page == 2
+    assert drafts[0].text.endswith("run over from page 1.")  # not moved under the new title
+
+
+def test_a_page_number_is_never_a_heading() -> None:
+    page = [
+        Text(72, 780, 18, "Membership form", bold=True),
+        *(Text(72, 750 - 14 * k, 10, BODY) for k in range(4)),
+        Text(72, 680, 14, "page 1 / 1"),
+        *(Text(72, 660 - 14 * k, 10, BODY) for k in range(2)),
+    ]
+    (draft,) = _read([page])
+    assert draft.title == "Membership form"
+    assert "page 1 / 1" in draft.text
+
+
 def test_sizes_set_by_the_text_matrix_still_make_headings() -> None:
     page = [
         Text(72, 760, 18, "Arial font", bold=True, scaled=True),

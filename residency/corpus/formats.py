@@ -17,8 +17,9 @@ from residency.corpus.drafts import Draft
 from residency.corpus.model import SkippedInput
 
 # 1: regex Markdown splitter, .md/.txt/.jsonl; 2: CommonMark, PDF, HTML, DOCX; 3: HTML main
-# element, colliding ids suffixed, front matter titles, control characters removed
-READER_VERSION = "3"
+# element, colliding ids suffixed, front matter titles, control characters removed; 4: PDF
+# outline entries over drawings kept, outline titles found at a line's start
+READER_VERSION = "4"
 
 BinaryReader = Callable[[str, bytes], tuple[list[Draft], list[SkippedInput]]]
 

@@ -28,11 +28,12 @@ without a text layer (scanned pages: OCR it first, e.g. with ocrmypdf), or a dam
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from residency.corpus.drafts import Draft, DraftBuilder
 from residency.corpus.model import SkippedInput
-from residency.corpus.pdf_furniture import contents_lines, find_furniture
+from residency.corpus.pdf_furniture import contents_lines, find_furniture, is_page_number
 from residency.corpus.pdf_layout import Line, body_style, page_lines, rejoin_hyphens
 from residency.corpus.pdf_outline import NUMBERED, Heading, outline_entries, outline_headings
 
@@ -128,10 +129,10 @@ def font_headings(
       field ('Report ID: 1234'), a table cell (digits, or runs of text apart) or one of a list
       of labels (of labels in a row only one set apart from the next is a heading).
 
-    Never headings: a table row (more than `CELLS_MAX` runs of text far apart, or two ending in
-    a number: 'GRAND TOTAL      5,738'; two headings side by side in two columns stay one), a
-    line with more digits than letters ('*TXN9876520241123*'), and the lines in `text_only`
-    (contents entries).
+    Never headings: a page number ('page 1 / 1': one the page furniture did not take), a table
+    row (more than `CELLS_MAX` runs of text far apart, or two ending in a number: 'GRAND TOTAL
+    5,738'; two headings side by side in two columns stay one), a line with more digits than
+    letters ('*TXN9876520241123*'), and the lines in `text_only` (contents entries).
 
     The statistics (body size and font) come from every line; headings are looked for only in
     lines[:stop] (an outlined PDF: its title page, before the first outline entry).
@@ -147,6 +148,7 @@ def font_headings(
             or (line.cells == CELLS_MAX and not any(c.isalpha() for c in line.text.split()[-1]))
             or _AMOUNT.match(line.text.split()[-1])
             or not any(ch.isalpha() for ch in line.text)
+            or is_page_number(line.text)
         ):
             return "body"
         if line.size >= body * HEADING_SCALE:
@@ -230,18 +232,23 @@ def font_headings(
     return headings
 
 
-def keep_heading_text(headings: list[Heading], end: int) -> list[Heading]:
+def keep_heading_text(
+    headings: list[Heading], end: int, bookmarked: frozenset[int] = frozenset()
+) -> list[Heading]:
     """The headings, less those that would lose their text: a heading with no text under it,
     followed by one of its own level or higher or by the end ('Variance Analysis:' over a chart,
     a one-line PDF), is body text of the section before (a section needs a body; a heading over
-    a subheading lives on in the subheading's title)."""
+    a subheading lives on in the subheading's title). An outline entry found on its page (its
+    line in `bookmarked`) stays a section over a drawing too: its own line is its text."""
     ordered = sorted(headings, key=lambda h: h.at)
     out: list[Heading] = []
     for k, heading in enumerate(ordered):
         after = ordered[k + 1] if k + 1 < len(ordered) else None
         empty = (after.at if after else end) <= heading.at + heading.consumed
         if heading.consumed and empty and (after is None or after.level <= heading.level):
-            continue
+            if heading.at not in bookmarked:
+                continue
+            heading = replace(heading, consumed=0)  # the title line is the section's text
         out.append(heading)
     return out
 
@@ -283,14 +290,16 @@ def read_pdf(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
         return [], [SkippedInput(file=rel, line=0, reason=reason)]
     contents = frozenset(contents_lines(lines))
     headings: list[Heading] = []
+    bookmarked: frozenset[int] = frozenset()
     if entries:  # the outline, trusted when most of its titles are on their pages
         placed, found = outline_headings(lines, entries)
         if found >= OUTLINE_TRUST * len(entries):
             stop = min((h.at for h in placed), default=0)
             headings = font_headings(lines, stop, contents) + placed
+            bookmarked = frozenset(h.at for h in placed if h.consumed)
     if not headings:
         headings = font_headings(lines, text_only=contents)
-    headings = keep_heading_text(headings, len(lines))
+    headings = keep_heading_text(headings, len(lines), bookmarked)
     builder = DraftBuilder(rel)
     at: dict[int, list[Heading]] = {}
     for heading in headings:

@@ -35,6 +35,12 @@ _EDGE_NUMBER = re.compile(r"^(\d{1,4})\s+\S|\S\s+(\d{1,4})$")
 _PAGE_TOKEN = re.compile(r"^(?:\d{1,4}|[ivxlc]{1,7})$", re.IGNORECASE)
 
 
+def is_page_number(text: str) -> bool:
+    """Whether the line holds a page number in digits alone: '3', '- 3 -', 'page 1 / 1' (not
+    'iv' or 'CIVIL': a word may be a roman numeral's letters)."""
+    return _PAGE_NUMBER.match(text.strip()) is not None and any(ch.isdigit() for ch in text)
+
+
 def _mask(text: str) -> str:
     return re.sub(r"\d+", "0", " ".join(text.split()).casefold())
 

@@ -14,6 +14,7 @@ from residency.corpus.pdf_layout import Line
 if TYPE_CHECKING:
     import pypdfium2
 
+PREFIX_MIN_CHARS = 10  # letters and digits an outline title needs to be found at a line's start
 TITLE_MATCH = 0.8  # similarity (difflib ratio) at which page text is an outline entry's title
 # '§ 2 Usage', '2.1 Format', 'A.1 Options', '第2章 使い方' (the number, then a title)
 NUMBERED = re.compile(r"^(?:§\s*)?(\d{1,2}(?:\.\d{1,2}){0,3}|[A-Z](?:\.\d{1,2}){1,3})\.?\s+\S")
@@ -49,7 +50,8 @@ def outline_entries(doc: pypdfium2.PdfDocument) -> list[tuple[int, str, int]]:
 
 def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[int, int] | None:
     """(first line, lines taken) of the best match of `title` among lines[start:end]: one to
-    three consecutive lines whose text is at least `TITLE_MATCH` similar to it."""
+    three consecutive lines whose text is at least `TITLE_MATCH` similar to it; failing that,
+    a line that starts with it (a title of `PREFIX_MIN_CHARS` or more), taking no line."""
     want = _key(title)
     if not want:
         return None
@@ -70,6 +72,12 @@ def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[in
                 best = (ratio, i, j - i + 1)
         if best is not None and best[0] == 1.0:
             break
+    if best is None and len(want) >= PREFIX_MIN_CHARS:
+        # the title set on one line with something beside it ('Arrow Style and Size   First
+        # Page'): its section starts there, the line kept as its text (0 lines taken)
+        return next(
+            ((i, 0) for i in range(start, end) if _key(lines[i].text).startswith(want)), None
+        )
     return None if best is None else (best[1], best[2])
 
 
