@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import orjson
@@ -103,6 +103,7 @@ class EngineResidency:
         self._last_hit: dict[int, float] = {}  # upstream -> when a planned block was last evicted
         self._refreshed: dict[int, float] = {}  # upstream -> when the whole prefixes were touched
         self._tasks: set[asyncio.Task[None]] = set()
+        self.observer: ResidencyObserver | None = None  # eviction forensics (serve/forensics.py)
 
     def active(self, up: Upstream) -> bool:
         """Residency on `up` comes from its events (its chains are being tracked)."""
@@ -113,6 +114,10 @@ class EngineResidency:
         """`up`'s block index, when it is in events mode."""
         t = self._tracked.get(up.position)
         return t.index if t is not None else None
+
+    def rewarming(self, up: Upstream, prefix_id: str) -> bool:
+        """A re-warm of `prefix_id` on `up` is waiting or under way."""
+        return (up.position, prefix_id) in self._pending
 
     async def attach(self, up: Upstream) -> None:
         """Subscribe to `up`'s events when it publishes any (called as it joins, before the
@@ -209,6 +214,11 @@ class EngineResidency:
             self._last_hit[t.up.position] = time.monotonic()
         for prefix_id in change.evicted:
             self._metrics.block_evictions.labels(t.up.label, prefix_id).inc()
+            if self.observer is not None:
+                resident = t.index.resident_blocks(prefix_id)
+                self.observer.evicted(
+                    t.up, prefix_id, resident, t.index.total_blocks(prefix_id) or 0
+                )
             log.info(
                 "upstream %s: prefix %s lost blocks (%d of %s resident, KV events); re-warm "
                 "scheduled", t.up.label, prefix_id, t.index.resident_blocks(prefix_id),
@@ -245,6 +255,8 @@ class EngineResidency:
             self._metrics.chain_blocks.labels(t.up.label, prefix_id).set(total)
             resident = t.index.resident_blocks(prefix_id)
             self._metrics.resident_blocks.labels(t.up.label, prefix_id).set(resident)
+            if self.observer is not None:
+                self.observer.published(t.up.label, prefix_id, resident, total)
 
     def _schedule(self, t: _Tracked, prefix_id: str, reason: str, at_once: bool = False) -> None:
         key = (t.up.position, prefix_id)
@@ -341,6 +353,8 @@ class EngineResidency:
             self._schedule(t, prefix_id, pending.reason, at_once=pending.go.is_set())
         pending.done.set()
         self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
+        if self.observer is not None:
+            self.observer.rewarmed(t.up.label, prefix_id, pending.reason, result)
 
     def _body(self, t: _Tracked, prompts: list[tuple[int, ...]]) -> bytes:
         """Warm prompts as token ids, one output token each, blocks reported."""
@@ -370,6 +384,14 @@ class EngineResidency:
             and t.index.whole(other)
             and (position, other) not in self._pending
         ]
+
+
+class ResidencyObserver(Protocol):
+    """What is told of each upstream's planned blocks (residency/serve/forensics.py)."""
+
+    def evicted(self, up: Upstream, prefix: str, resident: int, total: int) -> None: ...
+    def published(self, upstream: str, prefix: str, resident: int, total: int) -> None: ...
+    def rewarmed(self, upstream: str, prefix: str, reason: str, result: str) -> None: ...
 
 
 def _prompts(

@@ -29,6 +29,7 @@ from starlette.responses import Response, StreamingResponse
 from residency.errors import BackendError
 from residency.serve.context import RequestContext
 from residency.serve.errors import error_response, unavailable
+from residency.serve.forensics import Admission, Forensics
 from residency.serve.guard import ClientGoneError, Slots, read_body
 from residency.serve.headers import route_headers
 from residency.serve.keepwarm import KeepWarm
@@ -74,6 +75,7 @@ class Exchange:
     usage: dict[str, Any] | None = None
     ttft_s: float | None = None
     forward_s: float | None = None  # arrival -> request handed to the upstream
+    admission: Admission | None = None  # for eviction forensics (serve/forensics.py)
 
     def headers(self) -> dict[str, str]:
         """What the router tells the client about its choice (ids only, no addresses)."""
@@ -103,6 +105,7 @@ class Router:
         self.log = RouterQueryLog(settings.log, metrics) if settings.log else None
         self._limiter = anyio.CapacityLimiter(2)
         self.keep_warm = KeepWarm(metrics, lambda: self.state.keep_warm)
+        self.forensics = Forensics(metrics.agent)
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
@@ -203,14 +206,16 @@ class Router:
             return await anyio.to_thread.run_sync(orjson.dumps, out)
         return orjson.dumps(out)
 
-    def _forwarded(self, ex: Exchange) -> None:
+    def _forwarded(self, ex: Exchange, up: Upstream) -> None:
         ex.forward_s = time.perf_counter() - ex.started
+        r = ex.ctx.retrieval
+        ex.admission = self.forensics.admitted(up.label, r.prefix_id, r.route)
 
     async def _unary(
         self, request: Request, ex: Exchange, up: Upstream, payload: bytes
     ) -> Response:
         async with self.pool.lease(up):
-            self._forwarded(ex)
+            self._forwarded(ex, up)
             task = asyncio.ensure_future(up.client.generate(ex.endpoint, payload))
             gone = asyncio.ensure_future(_wait_disconnect(request))
             done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -242,7 +247,7 @@ class Router:
     ) -> Response:
         await self.pool.acquire(up)
         try:
-            self._forwarded(ex)
+            self._forwarded(ex, up)
             response = await up.client.open_stream(ex.endpoint, payload)
         except BaseException:
             self.pool.release(up)
@@ -335,6 +340,11 @@ class Router:
             self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens, r.prefix_id)
             if ex.upstream is not None:
                 self.keep_warm.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
+            if ex.admission is not None:
+                expected = self.state.keep_warm.expected.get(r.prefix_id or "")
+                self.forensics.answered(
+                    ex.admission, usage.prompt_tokens, usage.cached_tokens, expected
+                )
         if ex.ttft_s is not None and ex.outcome == "ok":
             self.metrics.ttft.labels(ex.endpoint, route).observe(ex.ttft_s)
         if ex.forward_s is not None:

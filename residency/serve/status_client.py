@@ -1,0 +1,72 @@
+"""Where `residency status` reads its picture: a running router's `GET /residency`, or a vLLM
+server's own KV events (residency/serve/direct_status.py). Each is an async context yielding a
+coroutine function that reads the picture now; failures are one `UpstreamError` line."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import httpx
+from pydantic import ValidationError
+
+from residency.errors import UpstreamError
+from residency.serve.status_model import ResidencyStatus
+
+Reader = Callable[[], Awaitable[ResidencyStatus]]
+TIMEOUT_S = 10.0
+
+
+@contextlib.asynccontextmanager
+async def router_source(url: str, api_key: str | None, last: int) -> AsyncIterator[Reader]:
+    """The router at `url`."""
+    base = url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=TIMEOUT_S) as client:
+
+        async def read() -> ResidencyStatus:
+            try:
+                answer = await client.get("/residency", params={"last": last})
+            except httpx.HTTPError as exc:
+                raise UpstreamError(
+                    f"status: cannot reach the router at {base} ({type(exc).__name__}: {exc})"
+                ) from None
+            if answer.status_code == 401:
+                raise UpstreamError(f"status: {base} wants an API key: give --api-key")
+            if answer.status_code == 404:
+                raise UpstreamError(
+                    f"status: {base} has no /residency (not a residency router? for a vLLM "
+                    "server, give --plan)"
+                )
+            if answer.status_code != 200:
+                raise UpstreamError(
+                    f"status: {base}/residency answered {answer.status_code}: {answer.text[:200]}"
+                )
+            try:
+                return ResidencyStatus.model_validate_json(answer.content)
+            except ValidationError as exc:
+                raise UpstreamError(
+                    f"status: {base}/residency is not a residency picture "
+                    f"({exc.errors()[0]['msg']}; router and CLI of different versions?)"
+                ) from None
+
+        yield read
+
+
+@contextlib.asynccontextmanager
+async def direct_source(
+    plan: Path, url: str, api_key: str | None, last: int
+) -> AsyncIterator[Reader]:
+    """The vLLM server at `url`, its events read for the prefixes of `plan`."""
+    from residency.serve.direct_status import watch_server
+
+    try:
+        async with watch_server(plan, url, api_key) as watched:
+
+            async def read() -> ResidencyStatus:
+                return watched.picture(last)
+
+            yield read
+    except OSError as exc:
+        raise UpstreamError(f"status: cannot read {url} ({exc})") from None
