@@ -14,7 +14,15 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from kv_events_traffic import DIRECT_TOKENS, direct, events_ready, filler_words, metric, wait_for
+from kv_events_traffic import (
+    BLOCK_SIZE,
+    DIRECT_TOKENS,
+    direct,
+    events_ready,
+    filler_words,
+    metric,
+    wait_for,
+)
 from residency_cli import run_cli
 from router_server import RouterProcess
 from test_deploy import NAME, dashboard_exprs, rule_exprs
@@ -108,7 +116,8 @@ def test_ready_flips_on_an_eviction_and_back_after_the_rewarm_which_status_recor
     wait_for(lambda: events_ready(router, prefixes), "every prefix whole from the events")
     wait_for(lambda: httpx.get(f"{router.base_url}/ready").status_code == 200, "/ready 200")
     before = status(router)
-    assert before.ready and before.missing == []
+    assert before.ready
+    assert before.missing == []
     assert {p.state for p in before.prefixes} == {"resident"}
     assert {p.mode for p in before.prefixes} == {"events"}
     words = filler_words(events_server, DIRECT_TOKENS)
@@ -126,24 +135,30 @@ def test_ready_flips_on_an_eviction_and_back_after_the_rewarm_which_status_recor
         wait_for(lambda: events_ready(router, prefixes), "every prefix whole again")
         wait_for(lambda: bool(watcher.seen) and watcher.seen[-1][1] == 200, "/ready 200 again")
     after = status(router)
-    evicted = [p for p in after.prefixes if p.last_eviction is not None]
-    assert evicted, after
-    first = min((p.last_eviction for p in evicted if p.last_eviction), key=lambda e: e.at_unix_s)
-    # /ready said 503 within a second of the first eviction, naming a prefix evicted then
+    assert after.ready
+    assert after.evictions, after
+    first = after.evictions[0]
+    evicted = {e.prefix for e in after.evictions}
+    # /ready said 503 within a second of vLLM publishing the first eviction, naming only
+    # prefixes that were evicted
     down = [(t, missing) for t, code, missing in watcher.seen if code == 503]
     assert down, "/ready never answered 503"
-    assert down[0][0] - first.at_unix_s < 1.0, (down[0][0], first.at_unix_s)
-    assert set(down[0][1]) <= {p.prefix for p in evicted}
+    assert abs(down[0][0] - first.engine_at_unix_s) < 1.0, (down[0][0], first.engine_at_unix_s)
+    assert set(down[0][1]) <= evicted
     assert watcher.seen[-1][1] == 200
-    # the record: blocks lost, no router request before it (the traffic went past the router),
-    # vLLM's pool usage read right after
-    assert first.blocks_lost >= 1
-    assert first.resident_blocks < first.total_blocks
-    assert first.admitted == []
-    assert first.kv_cache_usage_perc is not None and 0 <= first.kv_cache_usage_perc <= 1
-    assert all(p.rewarms >= 1 for p in evicted)
+    # each record: blocks lost, no router request before it (the traffic went past the
+    # router), vLLM's pool usage read right after
+    for e in after.evictions:
+        assert 1 <= e.blocks_lost <= e.total_blocks - e.resident_blocks + e.blocks_lost
+        assert e.resident_blocks < e.total_blocks
+        assert e.admitted == []
+        assert e.kv_cache_usage_perc is not None
+        assert 0 <= e.kv_cache_usage_perc <= 1
+    rows = {(p.upstream, p.prefix): p for p in after.prefixes}
+    assert all(rows[("0", prefix)].rewarms >= 1 for prefix in evicted)
+    assert all(rows[("0", prefix)].last_eviction is not None for prefix in evicted)
     lost = metric(router, "residency_router_prefix_blocks_evicted_total")
-    assert lost >= sum(p.last_eviction.blocks_lost for p in evicted if p.last_eviction)
+    assert lost == sum(e.blocks_lost for e in after.evictions)
     assert "router requests in the preceding 1 s: none (traffic past the router)" in (
         router.log_text()
     )
@@ -157,8 +172,8 @@ def test_ready_flips_on_an_eviction_and_back_after_the_rewarm_which_status_recor
     }
     table = run_cli("status", router.base_url)
     assert table.returncode == 0, table.stderr
-    for p in after.prefixes:
-        assert p.prefix in table.stdout
+    for row in after.prefixes:
+        assert row.prefix in table.stdout
     assert "resident" in table.stdout
 
 
@@ -166,4 +181,51 @@ def test_status_of_an_unreachable_router_is_one_line() -> None:
     done = run_cli("status", "http://127.0.0.1:9")
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "127.0.0.1:9" in lines[0], done.stderr
+    assert len(lines) == 1, done.stderr
+    assert "127.0.0.1:9" in lines[0]
+
+
+def test_status_reads_a_vllm_server_without_a_router(
+    router: RouterProcess, events_server: VllmServer
+) -> None:
+    """--plan and the server's URL: the picture from its replayed events agrees with the
+    router's, and a prefix shown resident is served from vLLM's prefix cache (its own
+    counters); without --plan, one line for the server."""
+    plan = read_plan(router_plan(router))
+    wait_for(lambda: events_ready(router, len(plan.all_prefixes())), "every prefix whole")
+    routed = {p.prefix: p for p in status(router).prefixes}
+    done = run_cli("status", events_server.base_url, "--plan", str(router_plan(router)), "--json")
+    assert done.returncode == 0, done.stderr
+    direct_view = ResidencyStatus.model_validate(orjson.loads(done.stdout))
+    assert [u.mode for u in direct_view.upstreams] == ["events"]
+    for p in direct_view.prefixes:
+        assert p.total_blocks == routed[p.prefix].total_blocks
+        assert p.resident_blocks == routed[p.prefix].resident_blocks, p
+        assert p.state == "resident"
+    # vLLM's own counters: the prefix's resident blocks are hits
+    prefix = plan.all_prefixes()[0]
+    before = vllm_hits(events_server)
+    messages = [
+        {"role": "system", "content": prefix.prefix.text},
+        {"role": "user", "content": "."},
+    ]
+    answer = httpx.post(
+        f"{events_server.base_url}/v1/chat/completions",
+        json={"model": "tiny", "max_tokens": 1, "messages": messages},
+        timeout=300,
+    )
+    assert answer.status_code == 200, answer.text
+    shown = next(p for p in direct_view.prefixes if p.prefix == prefix.id)
+    assert shown.resident_blocks is not None
+    assert vllm_hits(events_server) - before >= shown.resident_blocks * BLOCK_SIZE
+
+    bare = run_cli("status", events_server.base_url, "--json")
+    assert bare.returncode == 0, bare.stderr
+    one = ResidencyStatus.model_validate(orjson.loads(bare.stdout))
+    assert one.prefixes == []
+    assert [(u.healthy, u.mode) for u in one.upstreams] == [(True, "events")]
+
+
+def vllm_hits(server: VllmServer) -> float:
+    text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
+    return sum(s.value for s in parse_prometheus(text) if s.name == "vllm:prefix_cache_hits_total")

@@ -110,11 +110,17 @@ def _source(args: StatusArgs) -> AbstractAsyncContextManager[Reader]:
 
 def render(picture: ResidencyStatus, clock: str | None) -> RenderableType:
     """The table: upstream x prefix (one line per upstream when nothing is planned)."""
+
     from rich.table import Table
 
     ready = "ready" if picture.ready else f"NOT READY (missing {', '.join(picture.missing)})"
-    title = f"plan {picture.plan_sha256[:12]} · {ready}" + (f" · {clock}" if clock else "")
-    table = Table(title=title, title_justify="left", expand=False, pad_edge=False)
+    title = f"plan {picture.plan_sha256[:12]} · {ready}"
+    if not picture.prefixes:
+        title = "nothing planned (--plan shows a server's prefixes)"
+    title += f" · {clock}" if clock else ""
+    table = Table(
+        title=title, title_justify="left", pad_edge=False, box=None, header_style="bold underline"
+    )
     for name in COLUMNS:
         right = name in ("up", "blocks", "hit/miss", "rewarms")
         table.add_column(
@@ -156,7 +162,7 @@ def _eviction(e: object, now: float) -> str:
     if not isinstance(e, EvictionRecord):
         return "-"
     ago = max(now - e.at_unix_s, 0.0)
-    when = f"{ago:.0f}s ago" if ago < 120 else f"{ago / 60:.0f}m ago"
+    when = f"{ago:.0f}s" if ago < 120 else f"{ago / 60:.0f}m"
     routed = sum(a.uncached_tokens or 0 for a in e.admitted)
-    admitted = f"{len(e.admitted)} req {routed} tok" if e.admitted else "past router"
-    return f"{when} -{e.blocks_lost} ({admitted})"
+    admitted = f"{len(e.admitted)}req {routed}tok" if e.admitted else "past router"
+    return f"{when} ago -{e.blocks_lost} {admitted}"

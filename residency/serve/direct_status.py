@@ -60,7 +60,8 @@ class DirectEngine:
         change = self.blocks.apply(batch.events)
         for prefix in change.evicted:
             total = self.blocks.total_blocks(prefix) or 0
-            self._forensics.evicted(self.up, prefix, self.blocks.resident_blocks(prefix), total)
+            resident = self.blocks.resident_blocks(prefix)
+            self._forensics.evicted(self.up, prefix, resident, total, batch.ts)
         for prefix in self.blocks.prefix_ids:
             total = self.blocks.total_blocks(prefix) or 0
             self._forensics.published(

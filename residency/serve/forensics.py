@@ -17,12 +17,14 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.status_model import AdmittedRequest, EvictionRecord
 from residency.serve.upstreams import Upstream
-from residency.vllm_client import TransportError, find_samples, parse_prometheus
+from residency.vllm_client import TransportError, Usage, find_samples, parse_prometheus
 
 log = logging.getLogger("residency.serve")
 
@@ -52,6 +54,7 @@ class Eviction:
 
     at: float  # time.monotonic()
     at_unix_s: float
+    engine_at_unix_s: float
     upstream: str
     prefix: str
     blocks_lost: int
@@ -64,6 +67,7 @@ class Eviction:
         """As `GET /residency` shows it."""
         return EvictionRecord(
             at_unix_s=self.at_unix_s,
+            engine_at_unix_s=self.engine_at_unix_s,
             upstream=self.upstream,
             prefix=self.prefix,
             blocks_lost=self.blocks_lost,
@@ -94,6 +98,16 @@ class _Prefix:
     last: Eviction | None = None
 
 
+class ResidencyObserver(Protocol):
+    """What is told of each upstream's planned blocks (residency/serve/forensics.py)."""
+
+    def evicted(
+        self, up: Upstream, prefix: str, resident: int, total: int, engine_ts: float
+    ) -> None: ...
+    def published(self, upstream: str, prefix: str, resident: int, total: int) -> None: ...
+    def rewarmed(self, upstream: str, prefix: str, reason: str, result: str) -> None: ...
+
+
 class Forensics:
     """The router's memory of admissions, request outcomes, evictions and re-warms."""
 
@@ -110,15 +124,14 @@ class Forensics:
         self._admissions.append(a)
         return a
 
-    def answered(
-        self, a: Admission, prompt: int | None, cached: int | None, expected: int | None
-    ) -> None:
-        """Its usage; a hit when it found at least `expected` tokens (its prefix less a block)
-        cached."""
-        a.prompt_tokens, a.cached_tokens = prompt, cached
-        if a.prefix is None or prompt is None or expected is None:
+    def answered(self, a: Admission, usage: Usage, expected: Mapping[str, int]) -> None:
+        """Its usage; a hit when it found at least its prefix's `expected` tokens (the prefix
+        less a block) cached."""
+        a.prompt_tokens, a.cached_tokens = usage.prompt_tokens, usage.cached_tokens
+        least = expected.get(a.prefix) if a.prefix is not None else None
+        if a.prefix is None or a.prompt_tokens is None or least is None:
             return
-        self.prefix(a.upstream, a.prefix).recent.append((cached or 0) >= expected)
+        self.prefix(a.upstream, a.prefix).recent.append((a.cached_tokens or 0) >= least)
 
     def prefix(self, upstream: str, prefix: str) -> _Prefix:
         """The record of one upstream x prefix (created empty)."""
@@ -139,16 +152,23 @@ class Forensics:
         if result == "ok" and reason in ("evicted", "cleared", "restart"):
             self.prefix(upstream, prefix).rewarms += 1
 
-    def evicted(self, up: Upstream, prefix: str, resident: int, total: int) -> None:
-        """Blocks of a planned prefix were evicted on `up`: record it, count the blocks, and
-        read vLLM's pool usage (logged with the record once read)."""
+    def evicted(
+        self, up: Upstream, prefix: str, resident: int, total: int, engine_ts: float
+    ) -> None:
+        """Blocks of a planned prefix were evicted on `up` (published at `engine_ts`): record
+        it, count the blocks, and read vLLM's pool usage (logged with the record once read).
+        A prefix whole again by the batch's end (a block stored again in it) is no loss."""
         now = time.monotonic()
         p = self.prefix(up.label, prefix)
-        lost = max(p.resident - resident, 1 if resident < total else 0)
+        if resident >= total:
+            p.resident, p.total = resident, total
+            return
+        # at least one: blocks stored and removed in one batch leave fewer lost than taken
+        lost = max(p.resident - resident, 1)
         admitted = [
             a for a in self._admissions if a.upstream == up.label and now - a.at <= WINDOW_S
         ]
-        e = Eviction(now, time.time(), up.label, prefix, lost, resident, total, admitted)
+        e = Eviction(now, time.time(), engine_ts, up.label, prefix, lost, resident, total, admitted)
         p.resident, p.total, p.last = resident, total, e
         self.evictions.append(e)
         self._metrics.blocks_evicted.labels(up.label, prefix).inc(lost)

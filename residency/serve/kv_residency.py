@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
@@ -52,6 +52,9 @@ from residency.vllm_client.kv_events import (
     stop_task,
 )
 from residency.warm.verify import shared_prefix_ids
+
+if TYPE_CHECKING:
+    from residency.serve.forensics import ResidencyObserver
 
 log = logging.getLogger("residency.serve")
 
@@ -216,9 +219,8 @@ class EngineResidency:
             self._metrics.block_evictions.labels(t.up.label, prefix_id).inc()
             if self.observer is not None:
                 resident = t.index.resident_blocks(prefix_id)
-                self.observer.evicted(
-                    t.up, prefix_id, resident, t.index.total_blocks(prefix_id) or 0
-                )
+                total = t.index.total_blocks(prefix_id) or 0
+                self.observer.evicted(t.up, prefix_id, resident, total, batch.ts)
             log.info(
                 "upstream %s: prefix %s lost blocks (%d of %s resident, KV events); re-warm "
                 "scheduled", t.up.label, prefix_id, t.index.resident_blocks(prefix_id),
@@ -384,14 +386,6 @@ class EngineResidency:
             and t.index.whole(other)
             and (position, other) not in self._pending
         ]
-
-
-class ResidencyObserver(Protocol):
-    """What is told of each upstream's planned blocks (residency/serve/forensics.py)."""
-
-    def evicted(self, up: Upstream, prefix: str, resident: int, total: int) -> None: ...
-    def published(self, upstream: str, prefix: str, resident: int, total: int) -> None: ...
-    def rewarmed(self, upstream: str, prefix: str, reason: str, result: str) -> None: ...
 
 
 def _prompts(

@@ -341,10 +341,7 @@ class Router:
             if ex.upstream is not None:
                 self.keep_warm.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
             if ex.admission is not None:
-                expected = self.state.keep_warm.expected.get(r.prefix_id or "")
-                self.forensics.answered(
-                    ex.admission, usage.prompt_tokens, usage.cached_tokens, expected
-                )
+                self.forensics.answered(ex.admission, usage, self.state.keep_warm.expected)
         if ex.ttft_s is not None and ex.outcome == "ok":
             self.metrics.ttft.labels(ex.endpoint, route).observe(ex.ttft_s)
         if ex.forward_s is not None:

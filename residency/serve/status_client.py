@@ -12,7 +12,8 @@ import httpx
 from pydantic import ValidationError
 
 from residency.errors import UpstreamError
-from residency.serve.status_model import ResidencyStatus
+from residency.serve.status_model import ResidencyStatus, UpstreamStatus
+from residency.vllm_client import endpoints
 
 Reader = Callable[[], Awaitable[ResidencyStatus]]
 TIMEOUT_S = 10.0
@@ -34,11 +35,8 @@ async def router_source(url: str, api_key: str | None, last: int) -> AsyncIterat
                 ) from None
             if answer.status_code == 401:
                 raise UpstreamError(f"status: {base} wants an API key: give --api-key")
-            if answer.status_code == 404:
-                raise UpstreamError(
-                    f"status: {base} has no /residency (not a residency router? for a vLLM "
-                    "server, give --plan)"
-                )
+            if answer.status_code == 404:  # a vLLM server, nothing planned: one line
+                return await _unplanned(client, base)
             if answer.status_code != 200:
                 raise UpstreamError(
                     f"status: {base}/residency answered {answer.status_code}: {answer.text[:200]}"
@@ -52,6 +50,28 @@ async def router_source(url: str, api_key: str | None, last: int) -> AsyncIterat
                 ) from None
 
         yield read
+
+
+async def _unplanned(client: httpx.AsyncClient, base: str) -> ResidencyStatus:
+    """A server with no /residency: a vLLM server read without a plan (give --plan for its
+    prefixes), shown as one line, its health and whether it publishes KV events."""
+    from residency.vllm_client.kv_events import first_source, sources_from
+
+    health = await client.get(endpoints.HEALTH)
+    sources = await client.get(endpoints.KV_EVENT_SOURCES)
+    if health.status_code == 404 and sources.status_code == 404:
+        raise UpstreamError(f"status: {base} is neither a residency router nor a vLLM server")
+    listed = sources.json() if sources.status_code == 200 else None
+    events = first_source(sources_from(listed, base)) is not None
+    up = UpstreamStatus(
+        upstream="0",
+        healthy=health.status_code == 200,
+        mode="events" if events else "token_count",
+        evictions=0,
+    )
+    return ResidencyStatus(
+        plan_sha256="none", recent_requests=1, ready=True, missing=[], upstreams=[up], prefixes=[]
+    )
 
 
 @contextlib.asynccontextmanager

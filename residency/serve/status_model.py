@@ -31,6 +31,9 @@ class EvictionRecord(BaseModel):
 
     model_config = _FROZEN
     at_unix_s: float = Field(ge=0, description="When the router read the eviction (Unix time).")
+    engine_at_unix_s: float = Field(
+        ge=0, description="The event batch's timestamp: when vLLM published the eviction."
+    )
     upstream: str = Field(description="The upstream's position in --upstream.")
     prefix: str = Field(description="The plan's prefix id.")
     blocks_lost: int = Field(ge=0, description="Resident blocks of the prefix it took.")
@@ -90,3 +93,6 @@ class ResidencyStatus(BaseModel):
     missing: list[str] = Field(description="Planned prefixes resident on no healthy upstream.")
     upstreams: list[UpstreamStatus] = Field(description="Every upstream, in --upstream order.")
     prefixes: list[PrefixStatus] = Field(description="Upstream x prefix, upstream order.")
+    evictions: list[EvictionRecord] = Field(
+        default_factory=list, description="The newest evictions recorded, oldest first."
+    )

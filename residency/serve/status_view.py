@@ -60,6 +60,7 @@ def residency_status(
         missing=missing,
         upstreams=ups,
         prefixes=rows,
+        evictions=[e.record() for e in forensics.evictions],
     )
 
 
