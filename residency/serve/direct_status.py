@@ -37,6 +37,7 @@ from residency.vllm_client.kv_events import (
 from residency.warm.verify import shared_prefix_ids
 
 REPLAY_WAIT_S = 10.0  # the longest the first picture waits for the buffer's replay
+REPLAY_QUIET_S = 0.5  # no batch for this long: the replay is over
 
 
 class DirectEngine:
@@ -99,15 +100,26 @@ async def watch_server(
         subscriber = KvEventSubscriber(source, engine.on_batch, engine.on_reset)
         task = asyncio.get_running_loop().create_task(subscriber.run())
         try:
-            deadline = asyncio.get_running_loop().time() + REPLAY_WAIT_S
-            while subscriber.last_seq is None and asyncio.get_running_loop().time() < deadline:
-                if task.done():
-                    task.result()  # the subscriber failed: its error, as it is
-                await asyncio.sleep(0.05)
+            await _replayed(subscriber, task, source.replay_endpoint is not None)
             yield DirectStatus(sha, list(prompts), up, engine, forensics)
         finally:
             await stop_task(task)
             await forensics.stop()
+
+
+async def _replayed(subscriber: KvEventSubscriber, task: asyncio.Task[None], replay: bool) -> None:
+    """Wait until the publisher's buffer is replayed: no new batch for REPLAY_QUIET_S (at most
+    REPLAY_WAIT_S); a subscriber that failed raises its error."""
+    loop = asyncio.get_running_loop()
+    deadline, seen, quiet_since = loop.time() + REPLAY_WAIT_S, -1, loop.time()
+    while replay and loop.time() < deadline:
+        if task.done():
+            task.result()
+        if subscriber.batches != seen:
+            seen, quiet_since = subscriber.batches, loop.time()
+        elif seen > 0 and loop.time() - quiet_since >= REPLAY_QUIET_S:
+            return
+        await asyncio.sleep(0.05)
 
 
 class DirectStatus:
