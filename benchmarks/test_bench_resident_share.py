@@ -7,11 +7,11 @@ on: questions through the router, each followed by a long unrelated prompt sent 
 Reported per share: the resident route's hit ratio (cached / prompt tokens of the questions the
 router sent to a resident prefix), the time to the answer of both kinds of traffic (max_tokens
 1: the prefill, i.e. TTFT) at p50 / p90, and the re-warm cost (requests and prefilled tokens).
-A measurement on a shared 2-core machine: here, not in tests/. The per-request reserves are
-set so that the share, not the concurrency
-reserve, binds where it can: --reserve-output 16 (the answers here are one token) leaves a
-concurrency reserve of 19 blocks (256 + 2,048 + 16 + 64 = 2,384 tokens), so 0.9 plans what
-0.8 would (the reserve binds).
+A measurement on a shared 2-core machine: here, not in tests/. The per-request reserves keep
+their defaults (256 + 2,048 + 1,024 + 64 = 3,392 tokens, 27 blocks): the concurrency reserve
+binds above 72 % of the pool, so 0.75 and 0.9 plan what the reserve allows. (Smaller reserves
+let the router's prompts outgrow max_model_len: a question plus its retrieved passages beside a
+prefix planned to the wider window.)
 """
 
 from __future__ import annotations
@@ -79,7 +79,6 @@ def plan_at(server: VllmServer, index_dir: Path, share: float, out: Path) -> Pat
         [
             sys.executable, "-m", "residency", "plan", "--server", server.base_url,
             "--platform", "cpu", "--index", str(index_dir), "--log", str(EN_SAMPLE.queries),
-            "--reserve-output", "16",
             "--max-resident-share", str(share), "-o", str(out),
         ],
         capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
