@@ -124,14 +124,16 @@ def test_resident_share_against_hit_ratio_and_ttft(
             base_tokens = metric(router, "residency_router_keep_warm_prefill_tokens_total")
             routed: list[float] = []
             other: list[float] = []
-            prompt = cached = 0
+            prompt = cached = all_prompt = all_cached = 0
             for n, question in enumerate(questions(QUESTIONS)):
                 body = {"messages": [{"role": "user", "content": question}], "max_tokens": 1}
                 took, answer, headers = timed(f"{router.base_url}/v1/chat/completions", body)
                 routed.append(took)
+                usage = answer["usage"]
+                assert isinstance(usage, dict)
+                all_prompt += usage["prompt_tokens"]
+                all_cached += usage["prompt_tokens_details"]["cached_tokens"]
                 if headers.get("x-residency-route") == "resident":
-                    usage = answer["usage"]
-                    assert isinstance(usage, dict)
                     prompt += usage["prompt_tokens"]
                     cached += usage["prompt_tokens_details"]["cached_tokens"]
                 text = f"#other{n}-{time.monotonic_ns()}" + " zq" * words
@@ -139,9 +141,17 @@ def test_resident_share_against_hit_ratio_and_ttft(
                 took, _, _ = timed(f"{events_server.base_url}/v1/completions", body)
                 other.append(took)
                 time.sleep(GAP_S)  # think time: part of the replayed traffic
+            assert plan.arithmetic is not None
             rows[share] = {
                 "prefixes": len(plan.all_prefixes()),
                 "resident_tokens": resident,
+                "resident_kv_share": plan.arithmetic.resident_kv_tokens
+                / plan.arithmetic.kv_cache_tokens,
+                "resident_route_questions": metric(
+                    router, "residency_router_requests_total", route="resident"
+                ),
+                "hit_ratio_all": all_cached / all_prompt if all_prompt else float("nan"),
+                "found_prefix_short": metric(router, "residency_router_prefix_evictions_total"),
                 "hit_ratio_resident": cached / prompt if prompt else float("nan"),
                 "routed_p50_s": statistics.median(routed),
                 "routed_p90_s": pct(routed, 0.9),
@@ -159,5 +169,5 @@ def test_resident_share_against_hit_ratio_and_ttft(
     record_property("resident_share", rows)
     assert all(r["prefixes"] >= 1 for r in rows.values())
     # more of the pool planned resident means more resident tokens
-    tokens = [rows[s]["resident_tokens"] for s in SHARES]
+    tokens = [rows[s]["resident_kv_share"] for s in SHARES]
     assert tokens == sorted(tokens), rows
