@@ -234,3 +234,11 @@ def test_status_reads_a_vllm_server_without_a_router(
 def vllm_hits(server: VllmServer) -> float:
     text = httpx.get(f"{server.base_url}/metrics", timeout=30).text
     return sum(s.value for s in parse_prometheus(text) if s.name == "vllm:prefix_cache_hits_total")
+
+
+def test_status_of_an_unreachable_server_with_a_plan_is_one_line(router: RouterProcess) -> None:
+    done = run_cli("status", "http://127.0.0.1:9", "--plan", str(router_plan(router)))
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "cannot reach http://127.0.0.1:9" in lines[0]

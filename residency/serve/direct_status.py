@@ -27,6 +27,7 @@ from residency.serve.status_model import ResidencyStatus
 from residency.serve.status_view import residency_status
 from residency.serve.upstreams import Upstream
 from residency.vllm_client import AsyncVllmClient, VllmClient, open_session
+from residency.vllm_client.async_client import Probe
 from residency.vllm_client.kv_events import (
     EventBatch,
     KvEventSubscriber,
@@ -82,9 +83,11 @@ async def watch_server(
     sha = plan_sha256(read_plan_bytes(plan_path))
     async with open_session(timeout_s) as http:
         up = Upstream(0, AsyncVllmClient(server, http, api_key=api_key, flag="--server"))
+        if await up.client.probe(timeout_s=timeout_s) is not Probe.UP:
+            raise UpstreamError(f"status: cannot reach {server} (its /health does not answer 200)")
         up.model = await up.client.first_model(timeout_s=timeout_s)
         if up.model is None:
-            raise UpstreamError(f"{server}: no model listed at /v1/models (is it vLLM, and up?)")
+            raise UpstreamError(f"status: {server} lists no model at /v1/models (is it vLLM?)")
         up.healthy = True
         source = first_source(sources_from(await up.client.kv_event_sources(), server))
         if source is None:
