@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import InfeasiblePlanError
 from planner.units import round_up
 
+# The share of the KV cache resident prefixes may take by default (--max-resident-share):
+# 1.0 keeps the planner's rule (everything the concurrency reserve leaves); see docs/plan.md.
+MAX_RESIDENT_SHARE = 1.0
+
 
 class Reserves(BaseModel):
     """Tokens each request needs beyond the resident prefix, and how many run at once."""
@@ -40,6 +44,14 @@ class Reserves(BaseModel):
     )
     concurrent_requests: int = Field(
         default=1, ge=1, description="--concurrency: requests that run at the same time."
+    )
+    max_resident_share: float = Field(
+        default=MAX_RESIDENT_SHARE,
+        gt=0,
+        le=1,
+        description="--max-resident-share: the most of the KV cache the resident prefixes may "
+        "take; the rest stays free for other traffic (at least the --concurrency reserve). "
+        "Measured: docs/plan.md#how-much-of-the-pool-to-keep-resident.",
     )
 
     @property
@@ -80,6 +92,10 @@ def compute_resident_budget(
     context_limit = max_model_len - per_request
     # A request's own tokens never share blocks with other requests: whole blocks each.
     concurrency_reserve = reserves.concurrent_requests * round_up(per_request, block_size)
+    # --max-resident-share: what the resident prefixes may not take stays free as well, e.g.
+    # 0.5 of 12,288 KV tokens in 128-token blocks keeps 12,288 - 6,144 = 6,144 free.
+    capped = int(kv_cache_tokens * reserves.max_resident_share) // block_size * block_size
+    concurrency_reserve = max(concurrency_reserve, kv_cache_tokens - capped)
     kv_limit = kv_cache_tokens - concurrency_reserve
     binding: BindingConstraint = "max_model_len" if context_limit <= kv_limit else "kv_cache"
     budget = min(context_limit, kv_limit)

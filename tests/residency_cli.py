@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_LONG_RUNNING = frozenset({"serve", "demo"})
+_LONG_RUNNING = frozenset({"serve", "demo", "status"})  # status: an event loop and sockets
 
 
 def _in_process(args: tuple[str, ...]) -> bool:

@@ -109,7 +109,7 @@ except SystemExit:
 loaded = sorted(m for m in sys.modules if m.startswith("residency.cli."))
 print(json.dumps({"loaded": loaded}))
 """
-COMMAND_MODULES = ("plan", "profiles", "index", "warm", "serve", "bench", "demo", "eval")
+COMMAND_MODULES = ("plan", "profiles", "index", "warm", "serve", "status", "bench", "demo", "eval")
 
 
 @pytest.mark.parametrize(

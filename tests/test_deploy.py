@@ -117,3 +117,20 @@ def test_every_metric_queried_is_exported_by_a_live_router(
     assert len(queried) >= (20 if source == "dashboard" else 8)
     missing = sorted(queried - exported(live_router))
     assert missing == []
+
+
+def test_the_probes_use_ready_for_readiness_and_health_for_liveness() -> None:
+    import yaml
+
+    from residency.serve.app import OPEN_PATHS, READY
+
+    manifest = REPO_ROOT / "deploy" / "kubernetes" / "residency-router.yaml"
+    docs = [d for d in yaml.safe_load_all(manifest.read_text("utf-8")) if d]
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    router = next(c for c in pod["containers"] if c["name"] == "router")
+    assert router["readinessProbe"]["httpGet"]["path"] == READY == "/ready"
+    assert router["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert {READY, "/health"} <= OPEN_PATHS  # probes carry no API key
+    compose = yaml.safe_load((REPO_ROOT / "deploy" / "scale-out" / "compose.yaml").read_text())
+    assert "/ready" in " ".join(compose["x-router"]["healthcheck"]["test"])
+    assert compose["services"]["lb"]["depends_on"]["router-a"]["condition"] == "service_healthy"

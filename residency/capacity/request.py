@@ -113,6 +113,7 @@ class CapacityRequest(BaseModel):
                 "output_tokens": Flag("--reserve-output"),
                 "template_tokens": Flag("--reserve-template"),
                 "concurrent_requests": Flag("--concurrency"),
+                "max_resident_share": Flag("--max-resident-share"),
             },
         ),
     ] = Field(default_factory=Reserves, description="Per-request reserves.")

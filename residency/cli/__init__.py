@@ -26,7 +26,8 @@ from residency.cli.help import ResidencyCommand, ResidencyGroup, use_readable_he
 from residency.errors import USER_ERRORS
 
 _COMMANDS = (
-    "plan", "profiles", "index", "eval", "corpus", "model", "warm", "serve", "bench", "demo",
+    "plan", "profiles", "index", "eval", "corpus", "model", "warm", "serve", "status", "bench",
+    "demo",
 )  # fmt: skip
 _GROUPS = frozenset({"eval", "corpus", "model"})
 _HERE = Path(__file__).parent

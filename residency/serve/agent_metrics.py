@@ -64,6 +64,13 @@ class AgentMetrics:
             ("upstream", "prefix"),
             registry=r,
         )
+        self.blocks_evicted = Counter(
+            "residency_router_prefix_blocks_evicted",
+            "Resident blocks of the prefix the upstream evicted (each eviction is also logged and "
+            "listed at GET /residency with the router's requests admitted just before it).",
+            ("upstream", "prefix"),
+            registry=r,
+        )
         self.rewarms = Counter(
             "residency_router_prefix_rewarms",
             "Re-warms sent from KV events: reason evicted, cleared, restart or learn (the "

@@ -24,20 +24,27 @@ from residency.errors import ResidencyError, UpstreamMismatchError
 from residency.serve.canary import RecallCanary
 from residency.serve.drain import Drain
 from residency.serve.errors import error_response, unavailable
+from residency.serve.forensics import RECENT_REQUESTS
 from residency.serve.guard import RequestGuard, Slots
 from residency.serve.kv_residency import EngineResidency
 from residency.serve.reload import PlanReloader
 from residency.serve.replan import Replanner
 from residency.serve.router import Router
+from residency.serve.series import initialise_series
 from residency.serve.settings import WATCH_PLAN_INTERVAL_S, ServeSettings
 from residency.serve.state import ServingState
+from residency.serve.status_model import ResidencyStatus
+from residency.serve.status_view import residency_status
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import Upstream, UpstreamPool
 from residency.vllm_client import TransportError, endpoints, open_session
 from residency.warm import WarmOptions, warm
 
 log = logging.getLogger("residency.serve")
-OPEN_PATHS = frozenset({endpoints.HEALTH})
+JSON = "application/json"
+READY = "/ready"  # readiness: every planned prefix resident on a healthy upstream
+RESIDENCY = "/residency"  # the residency picture `residency status` reads
+OPEN_PATHS = frozenset({endpoints.HEALTH, READY})  # probes carry no API key
 
 
 def create_app(
@@ -48,6 +55,8 @@ def create_app(
     drain = drain if drain is not None else Drain(settings.shutdown_timeout_s)
     metrics = RouterMetrics()
     metrics.set_plan(serving.plan_sha256)
+    labels = [str(i) for i in range(len(settings.upstreams))]
+    initialise_series(metrics, labels, [p.id for p in serving.builder.plan.all_prefixes()])
     slots = Slots(settings.limits.max_concurrent)
     metrics.slots_in_use.set_function(lambda: slots.in_flight)
     state: dict[str, Router] = {}
@@ -105,6 +114,7 @@ def create_app(
             router.keep_warm.engine = EngineResidency(
                 settings, metrics.agent, lambda: router.state.builder.plan
             )
+            router.keep_warm.engine.observer = router.forensics
             await pool.start()
             tasks: set[asyncio.Task[object]] = {asyncio.create_task(_sync_log_every(router, 1.0))}
             reloader = PlanReloader(settings, router, metrics)
@@ -137,6 +147,7 @@ def create_app(
                 for task in tasks:
                     task.cancel()
                 await router.keep_warm.stop()
+                await router.forensics.stop()
                 await pool.stop()
                 router.close()
 
@@ -170,6 +181,31 @@ def create_app(
         body["plan_sha256"] = router.state.plan_sha256
         return Response(orjson.dumps(body), 200 if usable else 503, media_type="application/json")
 
+    def picture(last: int = RECENT_REQUESTS) -> ResidencyStatus:
+        router = state["router"]
+        current = router.state
+        return residency_status(
+            current.plan_sha256,
+            [p.id for p in current.builder.plan.all_prefixes()],
+            router.pool.upstreams,
+            router.keep_warm.engine,
+            router.forensics,
+            last,
+        )
+
+    async def ready(request: Request) -> Response:
+        now = picture()
+        body = {"status": "ready" if now.ready else "not_ready", "missing": now.missing}
+        return Response(orjson.dumps(body), 200 if now.ready else 503, media_type=JSON)
+
+    async def residency(request: Request) -> Response:
+        raw = request.query_params.get("last", str(RECENT_REQUESTS))
+        last = int(raw) if raw.isdigit() and 0 < int(raw) <= RECENT_REQUESTS else None
+        if last is None:
+            message = f"last={raw!r}: give a whole number from 1 to {RECENT_REQUESTS}"
+            return error_response(400, message, "invalid_request_error")
+        return Response(picture(last).model_dump_json(), media_type=JSON)
+
     async def prometheus(request: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -193,6 +229,8 @@ def create_app(
             Route(endpoints.MODELS, models, methods=["GET"]),
             Route(endpoints.HEALTH, health, methods=["GET"]),
             Route(endpoints.METRICS, prometheus, methods=["GET"]),
+            Route(READY, ready, methods=["GET"]),
+            Route(RESIDENCY, residency, methods=["GET"]),
         ],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error, Exception: internal_error},

@@ -33,8 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -42,18 +41,21 @@ from residency.errors import ResidencyError
 from residency.planning.plan_model import ResidencyPlan
 from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.block_index import BlockIndex, Chain
+from residency.serve.kv_tracking import Pending, Tracked
 from residency.serve.rewarm_prompts import prefix_prompts, rewarm_body
 from residency.serve.settings import ServeSettings
 from residency.serve.upstreams import Upstream
 from residency.vllm_client import TransportError
 from residency.vllm_client.kv_events import (
     EventBatch,
-    EventSource,
     KvEventSubscriber,
     first_source,
     sources_from,
     stop_task,
 )
+
+if TYPE_CHECKING:
+    from residency.serve.forensics import ResidencyObserver
 
 log = logging.getLogger("residency.serve")
 
@@ -62,34 +64,10 @@ REWARM_MAX_DEFER_S = 5.0  # the longest a re-warm waits for requests in flight t
 # while a large request is still being prefilled (past the router too) it keeps evicting, and
 # a re-warm sent into that would only be evicted again.
 QUIET_S = 0.3
-REWARMS_IN_FLIGHT = 4  # per upstream: a burst (a cleared cache) goes out a few at a time
 POLL_S = 0.05
 # How long after a report-mode answer its stores may still arrive (published at the end of the
 # engine step, read and applied a batch later).
 REPORT_GRACE_S = 1.0
-
-
-@dataclass(slots=True)
-class _Pending:
-    reason: str
-    go: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    sent: bool = False
-    again: bool = False  # evicted again while the re-warm was under way: one more after it
-    carried: bool = False  # sent inside another prefix's re-warm request
-
-
-@dataclass(slots=True)
-class _Tracked:
-    """One upstream in events mode."""
-
-    up: Upstream
-    source: EventSource
-    index: BlockIndex = field(default_factory=BlockIndex)
-    task: asyncio.Task[None] | None = None
-    prompts: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    plan_key: tuple[str, ...] | None = None  # the prefix hashes the chains belong to
-    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(REWARMS_IN_FLIGHT))
 
 
 class EngineResidency:
@@ -101,12 +79,13 @@ class EngineResidency:
         self._settings = settings
         self._metrics = metrics
         self._plan = plan
-        self._tracked: dict[int, _Tracked] = {}
-        self._pending: dict[tuple[int, str], _Pending] = {}
+        self._tracked: dict[int, Tracked] = {}
+        self._pending: dict[tuple[int, str], Pending] = {}
         self._last_sent: dict[tuple[int, str], float] = {}
         self._last_hit: dict[int, float] = {}  # upstream -> when a planned block was last evicted
         self._refreshed: dict[int, float] = {}  # upstream -> when the whole prefixes were touched
         self._tasks: set[asyncio.Task[None]] = set()
+        self.observer: ResidencyObserver | None = None  # eviction forensics (serve/forensics.py)
 
     def active(self, up: Upstream) -> bool:
         """Residency on `up` comes from its events (its chains are being tracked)."""
@@ -117,6 +96,10 @@ class EngineResidency:
         """`up`'s block index, when it is in events mode."""
         t = self._tracked.get(up.position)
         return t.index if t is not None else None
+
+    def rewarming(self, up: Upstream, prefix_id: str) -> bool:
+        """A re-warm of `prefix_id` on `up` is waiting or under way."""
+        return (up.position, prefix_id) in self._pending
 
     async def attach(self, up: Upstream) -> None:
         """Subscribe to `up`'s events when it publishes any (called as it joins, before the
@@ -135,7 +118,7 @@ class EngineResidency:
                 "keep-warm counts tokens", up.label,
             )  # fmt: skip
             return
-        t = _Tracked(up, source)
+        t = Tracked(up, source)
         bad = self._metrics.kv_event_errors
         subscriber = KvEventSubscriber(
             source,
@@ -211,7 +194,7 @@ class EngineResidency:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def _on_batch(self, t: _Tracked, batch: EventBatch) -> None:
+    async def _on_batch(self, t: Tracked, batch: EventBatch) -> None:
         self._metrics.event_batches.labels(t.up.label).inc()
         # Off the event loop: a batch may hold thousands of hashes (the index takes its lock
         # a chunk at a time, so the loop's reads wait for a chunk at most).
@@ -224,6 +207,10 @@ class EngineResidency:
             self._last_hit[t.up.position] = time.monotonic()
         for prefix_id in change.evicted:
             self._metrics.block_evictions.labels(t.up.label, prefix_id).inc()
+            if self.observer is not None:
+                resident = t.index.resident_blocks(prefix_id)
+                total = t.index.total_blocks(prefix_id) or 0
+                self.observer.evicted(t.up, prefix_id, resident, total, batch.ts)
             log.info(
                 "upstream %s: prefix %s lost blocks (%d of %s resident, KV events); re-warm "
                 "scheduled", t.up.label, prefix_id, t.index.resident_blocks(prefix_id),
@@ -235,7 +222,7 @@ class EngineResidency:
                 self._schedule(t, prefix_id, reason)
         self._publish(t)
 
-    def _ended(self, t: _Tracked, task: asyncio.Task[None]) -> None:
+    def _ended(self, t: Tracked, task: asyncio.Task[None]) -> None:
         """A subscriber that failed: back to keep-warm's count on that upstream, said once."""
         if task.cancelled() or task.exception() is None:
             return
@@ -245,7 +232,7 @@ class EngineResidency:
             del self._tracked[t.up.position]
         self._metrics.kv_events.labels(t.up.label).set(0)
 
-    def _on_reset(self, t: _Tracked) -> None:
+    def _on_reset(self, t: Tracked) -> None:
         """The publisher restarted: nothing is known of its cache; warm every prefix again."""
         t.index.reset()
         if t.plan_key is None:
@@ -254,14 +241,16 @@ class EngineResidency:
             self._schedule(t, prefix_id, "restart")
         self._publish(t)
 
-    def _publish(self, t: _Tracked) -> None:
+    def _publish(self, t: Tracked) -> None:
         for prefix_id in t.index.prefix_ids:
             total = t.index.total_blocks(prefix_id) or 0
             self._metrics.chain_blocks.labels(t.up.label, prefix_id).set(total)
             resident = t.index.resident_blocks(prefix_id)
             self._metrics.resident_blocks.labels(t.up.label, prefix_id).set(resident)
+            if self.observer is not None:
+                self.observer.published(t.up.label, prefix_id, resident, total)
 
-    def _schedule(self, t: _Tracked, prefix_id: str, reason: str, at_once: bool = False) -> None:
+    def _schedule(self, t: Tracked, prefix_id: str, reason: str, at_once: bool = False) -> None:
         key = (t.up.position, prefix_id)
         if prefix_id not in t.prompts:
             return
@@ -269,7 +258,7 @@ class EngineResidency:
         if waiting is not None:
             waiting.again = waiting.again or waiting.sent
             return
-        pending = self._pending[key] = _Pending(reason)
+        pending = self._pending[key] = Pending(reason)
         if at_once:
             pending.go.set()
         self._spawn(self._rewarm(t, prefix_id, pending))
@@ -279,12 +268,12 @@ class EngineResidency:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _rewarm(self, t: _Tracked, prefix_id: str, pending: _Pending) -> None:
+    async def _rewarm(self, t: Tracked, prefix_id: str, pending: Pending) -> None:
         """Wait for the prefix's turn, then send its warm prompt in one request together with
         every other prefix waiting on that upstream and, after an eviction, the planned
         prefixes still whole there (see `_refresh`)."""
         key = (t.up.position, prefix_id)
-        carried: list[tuple[str, _Pending]] = [(prefix_id, pending)]
+        carried: list[tuple[str, Pending]] = [(prefix_id, pending)]
         refreshed: list[str] = []
         result = "failed"
         try:
@@ -349,7 +338,7 @@ class EngineResidency:
                 for other in refreshed:
                     self._metrics.rewarms.labels(t.up.label, other, "refresh", result).inc()
 
-    def _claim(self, t: _Tracked, prefix_id: str) -> list[tuple[str, _Pending]]:
+    def _claim(self, t: Tracked, prefix_id: str) -> list[tuple[str, Pending]]:
         """The other re-warms waiting on `t`'s upstream, not yet sent: carried along now."""
         taken = []
         now, interval = time.monotonic(), self._settings.agent.rewarm_interval_s
@@ -362,7 +351,7 @@ class EngineResidency:
                 taken.append((other, p))
         return taken
 
-    def _finish(self, t: _Tracked, prefix_id: str, pending: _Pending, result: str) -> None:
+    def _finish(self, t: Tracked, prefix_id: str, pending: Pending, result: str) -> None:
         key = (t.up.position, prefix_id)
         if self._pending.get(key) is pending:
             del self._pending[key]
@@ -370,8 +359,10 @@ class EngineResidency:
             self._schedule(t, prefix_id, pending.reason, at_once=pending.go.is_set())
         pending.done.set()
         self._metrics.rewarms.labels(t.up.label, prefix_id, pending.reason, result).inc()
+        if self.observer is not None:
+            self.observer.rewarmed(t.up.label, prefix_id, pending.reason, result)
 
-    def _refresh(self, t: _Tracked, refilled: set[str]) -> list[str]:
+    def _refresh(self, t: Tracked, refilled: set[str]) -> list[str]:
         """The planned prefixes still whole on `t`'s upstream, to touch beside a refill, once
         per burst of evictions. An eviction means the LRU front has reached the plan's blocks,
         and the blocks a large request left behind are younger than them: the refill would

@@ -21,6 +21,7 @@ import anyio
 from residency.errors import ConfigError, ResidencyError
 from residency.planning.plan_model import ResidencyPlan
 from residency.serve.router import Router
+from residency.serve.series import initialise_series
 from residency.serve.settings import ServeSettings
 from residency.serve.state import ServingState, load_state, plan_sha256, read_plan_bytes
 from residency.serve.telemetry import RouterMetrics
@@ -76,6 +77,8 @@ class PlanReloader:
                 self.router.keep_warm.warmed(up)
         self.metrics.plan_reloads.labels("ok").inc()
         self.metrics.set_plan(state.plan_sha256)
+        labels = [up.label for up in self.router.pool.upstreams]
+        initialise_series(self.metrics, labels, [p.id for p in state.builder.plan.all_prefixes()])
         prefixes = len(state.builder.plan.all_prefixes())
         log.info(
             "plan reloaded (%s): %s -> %s, %d prefix(es) warmed on %d upstream(s) (%s), %.1f s",

@@ -16,7 +16,6 @@ import datetime as dt
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -27,10 +26,10 @@ from starlette.responses import Response, StreamingResponse
 
 from residency.errors import BackendError
 from residency.serve import drain as shutdown
-from residency.serve.context import RequestContext
 from residency.serve.errors import error_response, unavailable
+from residency.serve.exchange import Endpoint, Exchange
+from residency.serve.forensics import Forensics
 from residency.serve.guard import ClientGoneError, Slots, read_body, wait_disconnect
-from residency.serve.headers import route_headers
 from residency.serve.keepwarm import KeepWarm
 from residency.serve.prompt import assemble_messages
 from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog, source_of
@@ -48,38 +47,14 @@ from residency.vllm_client import (
     UpstreamStream,
     Usage,
 )
-from residency.vllm_client.endpoints import Generation
 from residency.vllm_client.sse import DONE, EventSplitter, error_event, usage_of
 from residency.vllm_client.wire import answer_usage
 
 log = logging.getLogger("residency.serve")
-Endpoint = Generation
 # Bodies larger than this are parsed and re-encoded in a worker thread: orjson and pydantic hold
 # the GIL either way, but the event loop then gets its turn every switch interval (5 ms) instead
 # of waiting out a whole multi-megabyte parse.
 INLINE_BODY_BYTES = 256 * 1024
-
-
-@dataclass(slots=True)
-class Exchange:
-    """One request's state from arrival to its log line."""
-
-    endpoint: Endpoint
-    ctx: RequestContext
-    started: float  # perf_counter at arrival
-    ts: dt.datetime  # wall clock at arrival (UTC)
-    upstream: Upstream | None = None
-    status_code: int = 200
-    outcome: Outcome = "ok"
-    usage: dict[str, Any] | None = None
-    ttft_s: float | None = None
-    forward_s: float | None = None  # arrival -> request handed to the upstream
-    source: str | None = None  # who asked (record.source_of): re-planning caps each
-
-    def headers(self) -> dict[str, str]:
-        """What the router tells the client about its choice (ids only, no addresses)."""
-        r = self.ctx.retrieval
-        return route_headers(r.route, self.ctx.section_ids, r.prefix_id)
 
 
 class Router:
@@ -104,6 +79,7 @@ class Router:
         self._limiter = anyio.CapacityLimiter(2)
         self.keep_warm = KeepWarm(metrics, lambda: self.state.keep_warm)
         self.drain = shutdown.Drain(settings.shutdown_timeout_s)  # the app's, set at start
+        self.forensics = Forensics(metrics.agent)
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
@@ -204,14 +180,16 @@ class Router:
             return await anyio.to_thread.run_sync(orjson.dumps, out)
         return orjson.dumps(out)
 
-    def _forwarded(self, ex: Exchange) -> None:
+    def _forwarded(self, ex: Exchange, up: Upstream) -> None:
         ex.forward_s = time.perf_counter() - ex.started
+        r = ex.ctx.retrieval
+        ex.admission = self.forensics.admitted(up.label, r.prefix_id, r.route)
 
     async def _unary(
         self, request: Request, ex: Exchange, up: Upstream, payload: bytes
     ) -> Response:
         async with self.pool.lease(up):
-            self._forwarded(ex)
+            self._forwarded(ex, up)
             task = asyncio.ensure_future(up.client.generate(ex.endpoint, payload))
             gone = asyncio.ensure_future(wait_disconnect(request))
             try:
@@ -247,7 +225,7 @@ class Router:
     ) -> Response:
         await self.pool.acquire(up)
         try:
-            self._forwarded(ex)
+            self._forwarded(ex, up)
             opening = up.client.open_stream(ex.endpoint, payload)
             response = await shutdown.before_expiry(opening, self.drain.expired)
         except BaseException as exc:
@@ -349,6 +327,8 @@ class Router:
             self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens, r.prefix_id)
             if ex.upstream is not None:
                 self.keep_warm.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
+            if ex.admission is not None:
+                self.forensics.answered(ex.admission, usage, self.state.keep_warm.expected)
         if ex.ttft_s is not None and ex.outcome == "ok":
             self.metrics.ttft.labels(ex.endpoint, route).observe(ex.ttft_s)
         if ex.forward_s is not None:

@@ -167,6 +167,13 @@ class AsyncVllmClient:
         except (TransportError, orjson.JSONDecodeError):
             return None
 
+    async def metrics_text(self, timeout_s: float = 5.0) -> str:
+        """vLLM's `/metrics` text exposition; `TransportError` when it does not answer 200."""
+        answer = await self._post_or_get("GET", endpoints.METRICS, None, _total(timeout_s))
+        if answer.status_code != 200:
+            raise TransportError(f"{self.where}: /metrics answered {answer.status_code}")
+        return answer.content.decode("utf-8", "replace")
+
     async def tokenize_chat(
         self, model: str, messages: list[Any], add_generation_prompt: bool = True
     ) -> list[int]:
