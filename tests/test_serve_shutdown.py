@@ -55,6 +55,8 @@ def test_sigterm_with_four_requests_in_flight_answers_and_logs_each_without_a_tr
         os.kill(router.pid or 0, signal.SIGTERM)
         health = httpx.get(f"{router.base_url}/health", timeout=10)
         assert (health.status_code, health.json()["status"]) == (503, "draining")
+        ready = httpx.get(f"{router.base_url}/ready", timeout=10)
+        assert (ready.status_code, ready.json()["status"]) == (503, "draining")
         for t in threads:
             t.join(60)
         deadline = time.monotonic() + 30

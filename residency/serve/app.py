@@ -194,6 +194,10 @@ def create_app(
         )
 
     async def ready(request: Request) -> Response:
+        if drain.draining:  # not ready for new traffic once shutting down, resident or not
+            return Response(
+                orjson.dumps({"status": "draining", "missing": []}), 503, media_type=JSON
+            )
         now = picture()
         body = {"status": "ready" if now.ready else "not_ready", "missing": now.missing}
         return Response(orjson.dumps(body), 200 if now.ready else 503, media_type=JSON)
