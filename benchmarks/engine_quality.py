@@ -121,14 +121,17 @@ DEFAULT_PAIR = "float32/int8"  # the default engine: float32 passages, int8 ques
 
 
 def largest_drop(
-    tables: Mapping[str, Table], pair: str = DEFAULT_PAIR, baseline: str = "float32/float32"
+    tables: Mapping[str, Table],
+    pair: str = DEFAULT_PAIR,
+    baseline: str = "float32/float32",
+    kinds: tuple[str, ...] = KINDS,
 ) -> float:
-    """The largest fall of R@1, R@3 or MRR@10 from `baseline` to `pair`, over sets and
-    retrievers (negative: `pair` is better throughout)."""
+    """The largest fall of R@1, R@3 or MRR@10 from `baseline` to `pair`, over sets and the
+    retrievers `kinds` (negative: `pair` is better throughout)."""
     drops = [
         table[baseline][k][m] - table[pair][k][m]
         for table in tables.values()
-        for k in KINDS
+        for k in kinds
         for m in ("R@1", "R@3", "MRR@10")
     ]
     return round(float(np.max(drops)), 4)

@@ -117,3 +117,15 @@ def test_the_oldest_question_goes_past_the_bound(
     assert builder.recall(b) is None
     assert builder.recall(a) is not None
     assert builder.recall(c) is not None
+
+
+def test_a_repeated_question_s_context_is_rendered_once(builder: ContextBuilder) -> None:
+    question = QUERIES[0]
+    first = builder.retrieve(question)
+    block = builder.render(first, first.chunk_ids)
+    assert block.passages  # something was added after the prefix
+    again = builder.recall(question)
+    assert again is not None
+    assert builder.render(again, again.chunk_ids) is block  # the same object: nothing rendered
+    fewer = builder.render(again, again.chunk_ids[:-1])
+    assert fewer.passages == block.passages[: len(fewer.passages)]  # other chunks: rendered

@@ -120,6 +120,7 @@ class ContextBuilder:
         # plan, index and settings never change under one builder (a reload builds a new one)
         self._recent: OrderedDict[tuple[str, dt.date], _Routed] = OrderedDict()
         self._recent_lock = threading.Lock()
+        self._rendered = lru_cache(maxsize=RECENT_QUESTIONS)(self._render)
         self._retriever = _retriever(index, settings.retriever)
         self._pruner = (
             settings.pruner.model_copy(update={"language": index.language.code})
@@ -201,12 +202,18 @@ class ContextBuilder:
         )
 
     def render(self, retrieval: Retrieval, chunk_ids: Sequence[str]) -> ContextBlock:
-        """The rendered period line and passages (dated sections whole, then chunks)."""
-        passages = [self._render_section(sid) for sid in retrieval.dated_section_ids]
+        """The rendered period line and passages (dated sections whole, then chunks); the same
+        ones again (a repeated question) are a lookup."""
+        return self._rendered(retrieval.dated_section_ids, tuple(chunk_ids), retrieval.period)
+
+    def _render(
+        self, section_ids: tuple[str, ...], chunk_ids: tuple[str, ...], period: Period | None
+    ) -> ContextBlock:
+        passages = [self._render_section(sid) for sid in section_ids]
         passages += [self._render_chunk(cid) for cid in chunk_ids]
         language = self.index.language
-        period = retrieval.period.describe(language) if retrieval.period is not None else None
-        return ContextBlock(period_line=period, passages=tuple(passages), language=language)
+        line = period.describe(language) if period is not None else None
+        return ContextBlock(period_line=line, passages=tuple(passages), language=language)
 
     def _render_section(self, section_id: str) -> str:
         section: Section = self.index.section(section_id)
