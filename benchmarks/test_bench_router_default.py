@@ -1,6 +1,7 @@
-"""What the router adds to each request on its default path (issue 31): `residency serve` with
-`--retriever hybrid` (the default: the question is embedded, then BM25 and FAISS are fused)
-beside `--retriever bm25`, in front of a server that answers at once
+"""What the router adds to each request on its default path (issues 31, 45): `residency serve`
+with `--retriever hybrid` (the default: the question is embedded by the int8 engine, then BM25
+and FAISS are fused) beside the same with the float32 engine it replaced
+(RESIDENCY_E5_ENGINE=float32) and `--retriever bm25`, in front of a server that answers at once
 (benchmarks/instant_upstream.py), so the difference is the router's own time.
 
 Measured side by side in one run (shared, noisy machines): for every question, one request
@@ -8,14 +9,15 @@ straight to the upstream and one through each router, in rotating order, non-str
 milliseconds = a router's latency minus the direct request's latency of the same round; p50 and
 p99 over ~270 distinct questions (the harbor-lights evaluation questions and query log: every one
 new to the router, so each is embedded), then one question asked again and again (its vector is
-kept: a dictionary lookup). Reported beside them: the router's own timing of retrieval (query
-log `retrieval_ms`) and of everything before forwarding (`forward_ms`).
+kept with its ranking and route: a lookup on the event loop). Reported beside them: the
+router's own timing of retrieval (query log `retrieval_ms`) and of everything before forwarding
+(`forward_ms`).
 
-Targets (2 cores): hybrid added p50 <= 15 ms, p99 <= 40 ms; a repeated question <= 3 ms. The
-uncached figures are reported, and asserted only against a loose ceiling: the question's forward
-pass through the embedder (~1 GFLOP for a 24-token question, on one core) is most of it and
-scales with the CPU and its load (the machine is named in the output). A repeated question is
-asserted to be retrieved in under 3 ms (no forward pass).
+Targets (2 cores): hybrid added p50 <= 15 ms, p99 <= 40 ms; a repeated question <= 1 ms p50
+(nothing recomputed). The uncached figures are reported, and asserted only against a loose
+ceiling: the question's forward pass through the embedder (~1 GFLOP for a 24-token question, on
+one core) is most of it and scales with the CPU and its load (the machine is named in the
+output). A repeated question is asserted to be retrieved in under 1 ms (no search at all).
 """
 
 from __future__ import annotations
@@ -50,7 +52,13 @@ from router_server import RouterProcess  # noqa: E402
 SAMPLE = REPO_ROOT / "residency" / "data" / "corpora" / "harbor-lights"
 CHAT = "/v1/chat/completions"
 REPEATS = 100
-RETRIEVERS = ("hybrid", "bm25")
+# name -> (serve flags, environment): the default, the engine it replaced, BM25 alone
+ROUTERS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "hybrid": ((), {}),
+    "hybrid_float32": ((), {"RESIDENCY_E5_ENGINE": "float32"}),
+    "bm25": (("--retriever", "bm25"), {}),
+}
+RETRIEVERS = tuple(ROUTERS)
 
 
 def _questions() -> list[str]:
@@ -110,10 +118,9 @@ def routers(
     plan, _ = plan_and_index
     started: dict[str, RouterProcess] = {}
     try:
-        for name in RETRIEVERS:
-            args = ("--no-warm", *(() if name == "hybrid" else ("--retriever", name)))
+        for name, (flags, env) in ROUTERS.items():
             started[name] = RouterProcess(
-                plan, [upstream], tmp_path_factory.mktemp(name), args
+                plan, [upstream], tmp_path_factory.mktemp(name), ("--no-warm", *flags), env=env
             ).start()
         yield started
     finally:
@@ -186,7 +193,7 @@ def test_router_added_ms_hybrid_default_vs_bm25(
         def run() -> None:
             for i, body in enumerate(bodies[:-1]):  # each question new to both routers
                 order = ["direct", *RETRIEVERS]
-                order = order[i % 3 :] + order[: i % 3]
+                order = order[i % len(order) :] + order[: i % len(order)]
                 targets = {"direct": (upstream + CHAT, direct_body)}
                 targets.update({name: (urls[name], body) for name in RETRIEVERS})
                 took = {name: _post(client, *targets[name]) for name in order}
@@ -227,9 +234,11 @@ def test_router_added_ms_hybrid_default_vs_bm25(
     print(json.dumps(figures, indent=2, ensure_ascii=False))
     # The embedding is the difference between the two routers; BM25's path stays cheap.
     assert figures["bm25_added_p50_ms"] <= 15.0, figures
-    # A repeated question's vector is a lookup: its retrieval (timed by the router) stays under
-    # 3 ms, and the whole request within 3 ms of BM25's (the proxying itself, the same on both
-    # paths, moves with the machine's load; the 3 ms target is read from the printed figure).
-    assert figures["hybrid_repeated_retrieval_p50_ms"] <= 3.0, figures
-    assert figures["hybrid_repeated_added_p50_ms"] <= figures["bm25_repeated_added_p50_ms"] + 3.0
+    # A repeated question is a lookup: its retrieval (timed by the router) stays under 1 ms, and
+    # the router's own time to forward it (arrival -> handed upstream, timed by the router)
+    # within 1 ms of BM25's repeated one. The whole request's added ms is reported: the proxying
+    # itself, the same on every path, moves with the machine's load.
+    assert figures["hybrid_repeated_retrieval_p50_ms"] <= 1.0, figures
+    repeated_forward = figures["hybrid_repeated_forward_p50_ms"]
+    assert repeated_forward <= figures["bm25_repeated_forward_p50_ms"] + 1.0, figures
     assert figures["hybrid_added_p50_ms"] <= 200.0, figures  # loose: the CPU's forward pass

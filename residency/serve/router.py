@@ -102,10 +102,12 @@ class Router:
         except ClientGoneError:  # nothing to answer, nothing to log: no question arrived
             return Response(status_code=499)
         question = req.question[: limits.max_question_chars]
+        retrieval = builder.recall(question)  # asked before: a lookup, no thread, no search
         try:  # off the event loop: a long question must not stall health checks and streams
-            retrieval = await anyio.to_thread.run_sync(
-                builder.retrieve, question, None, limiter=self._limiter
-            )
+            if retrieval is None:
+                retrieval = await anyio.to_thread.run_sync(
+                    builder.retrieve, question, None, limiter=self._limiter
+                )
         except BackendError as exc:  # Qdrant down: the client may retry, nothing internal shown
             log.error("retrieval backend: %s", exc)
             return error_response(
