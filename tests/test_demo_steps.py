@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from residency.demo.options import DemoOptions
-from residency.demo.run import router_command
+from residency.demo.servers import router_command
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

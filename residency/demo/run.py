@@ -43,7 +43,7 @@ from residency.demo.budget import (
 from residency.demo.options import DemoModel, DemoOptions
 from residency.demo.questions import ask_all, pick_questions, router_routes
 from residency.demo.report import DemoReport, PrefillProbe, StepResult
-from residency.demo.servers import ServerSet, terminate_on_signals
+from residency.demo.servers import ServerSet, router_command, terminate_on_signals
 from residency.errors import ConfigError
 from residency.index import build_index, open_index
 from residency.launcher import ManagedServer, free_port, vllm_command, vllm_env
@@ -387,17 +387,3 @@ def _lengths(
         cold_repeats=options.cold_repeats,
         warm_sends=warm_sends,
     )
-
-
-def router_command(
-    options: DemoOptions, plan_path: Path, upstream: str, port: int, query_log: Path
-) -> list[str]:
-    """`python -m residency serve` for the demo's plan (BM25: the demo index has no vectors;
-    --no-warm: the demo warms the prefix itself, in its own timed step, while the router starts,
-    and two warms at once would prefill the same prefix twice)."""
-    return [
-        sys.executable, "-m", "residency", "serve",
-        "--plan", str(plan_path), "--upstream", upstream, "--port", str(port),
-        "--log", str(query_log), "--retriever", "bm25", "--today", options.today.isoformat(),
-        "--no-warm",
-    ]  # fmt: skip

@@ -7,13 +7,16 @@ what demo.json records of each, and signals. SIGTERM and SIGHUP to the demo itse
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.demo.options import DemoOptions
 from residency.launcher import ManagedServer
 
 
@@ -120,3 +123,17 @@ def _signals_ignored() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def router_command(
+    options: DemoOptions, plan_path: Path, upstream: str, port: int, query_log: Path
+) -> list[str]:
+    """`python -m residency serve` for the demo's plan (BM25: the demo index has no vectors;
+    --no-warm: the demo warms the prefix itself, in its own timed step, while the router starts,
+    and two warms at once would prefill the same prefix twice)."""
+    return [
+        sys.executable, "-m", "residency", "serve",
+        "--plan", str(plan_path), "--upstream", upstream, "--port", str(port),
+        "--log", str(query_log), "--retriever", "bm25", "--today", options.today.isoformat(),
+        "--no-warm",
+    ]  # fmt: skip
