@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from stand_in_http import json_response, read_request
+
 HOLD_S = 2.0
 MODELS = b'{"object": "list", "data": [{"id": "hold", "object": "model"}]}'
 EVENTS = (
@@ -17,24 +19,10 @@ EVENTS = (
 )
 
 
-def _plain(body: bytes) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-    return head % len(body) + body
-
-
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.split(b"\r\n")
-            path = lines[0].split(b" ")[1]
-            length = 0
-            for line in lines[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            if length:
-                await reader.readexactly(length)
+            _, path, _ = await read_request(reader)
             if path == b"/v1/chat/completions":
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
@@ -47,7 +35,7 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 await asyncio.sleep(HOLD_S)
                 writer.write(b"0\r\n\r\n")
             else:
-                writer.write(_plain(MODELS if path == b"/v1/models" else b""))
+                writer.write(json_response(MODELS if path == b"/v1/models" else b""))
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass

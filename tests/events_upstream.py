@@ -12,6 +12,8 @@ import asyncio
 import json
 import sys
 
+from stand_in_http import json_response, read_request
+
 MODELS = b'{"object": "list", "data": [{"id": "events", "object": "model"}]}'
 ANSWER = json.dumps(
     {
@@ -30,11 +32,6 @@ class State:
         self.held = 0
         self.open = asyncio.Event()
         self.open.set()
-
-
-def _plain(body: bytes) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-    return head % len(body) + body
 
 
 def _tokens(body: bytes) -> bytes:
@@ -72,16 +69,8 @@ async def _answer(state: State, path: bytes, body: bytes) -> bytes:
 async def _serve(state: State, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.split(b"\r\n")
-            path = lines[0].split(b" ")[1]
-            length = 0
-            for line in lines[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            body = await reader.readexactly(length) if length else b""
-            writer.write(_plain(await _answer(state, path, body)))
+            _, path, body = await read_request(reader)
+            writer.write(json_response(await _answer(state, path, body)))
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass

@@ -12,6 +12,8 @@ import asyncio
 import json
 import sys
 
+from stand_in_http import json_response, read_request
+
 MODELS = b'{"object": "list", "data": [{"id": "held", "object": "model"}]}'
 CHAT = json.dumps(
     {
@@ -43,23 +45,10 @@ class Held:
         self.release = asyncio.Event()
 
 
-def _plain(body: bytes) -> bytes:
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-    return head % len(body) + body
-
-
 async def _serve(held: Held, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.split(b"\r\n")
-            method, path = lines[0].split(b" ")[:2]
-            length = 0
-            for line in lines[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            body = await reader.readexactly(length) if length else b""
+            method, path, body = await read_request(reader)
             if path == b"/v1/chat/completions":
                 stream = json.loads(body).get("stream") is True
                 held.count += 1
@@ -73,14 +62,14 @@ async def _serve(held: Held, reader: asyncio.StreamReader, writer: asyncio.Strea
                         b"content-length: %d\r\n\r\n" % len(EVENTS) + EVENTS
                     )
                 else:
-                    writer.write(_plain(CHAT))
+                    writer.write(json_response(CHAT))
             elif path == b"/held":
-                writer.write(_plain(json.dumps({"held": held.count}).encode()))
+                writer.write(json_response(json.dumps({"held": held.count}).encode()))
             elif path == b"/release" and method == b"POST":
                 held.release_all()
-                writer.write(_plain(b"{}"))
+                writer.write(json_response(b"{}"))
             else:
-                writer.write(_plain(MODELS if path == b"/v1/models" else b""))
+                writer.write(json_response(MODELS if path == b"/v1/models" else b""))
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass

@@ -9,28 +9,24 @@ import asyncio
 import sys
 from pathlib import Path
 
+from stand_in_http import json_response, read_request
+
 LATE_S = 30.0  # far beyond the router's 5 s probe timeout
 MODELS = b'{"object": "list", "data": [{"id": "slow-health", "object": "model"}]}'
-
-
-def _plain(body: bytes, status: bytes = b"200 OK") -> bytes:
-    head = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
-    return head % (status, len(body)) + body
 
 
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flag: Path) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            path = head.split(b"\r\n")[0].split(b" ")[1]
+            _, path, _ = await read_request(reader)
             if path == b"/health":
                 if flag.exists():
                     await asyncio.sleep(LATE_S)
-                writer.write(_plain(b""))
+                writer.write(json_response(b""))
             elif path == b"/v1/models":
-                writer.write(_plain(MODELS))
+                writer.write(json_response(MODELS))
             else:
-                writer.write(_plain(b'{"error": "not found"}', b"404 Not Found"))
+                writer.write(json_response(b'{"error": "not found"}', b"404 Not Found"))
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass

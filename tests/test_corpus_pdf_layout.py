@@ -12,7 +12,7 @@ from pdf_maker import Text, make_pdf
 
 from residency.corpus.drafts import Draft
 from residency.corpus.pdf import read_pdf
-from residency.corpus.pdf_layout import Line, clean_text, rejoin_hyphens
+from residency.corpus.pdf_layout import Line, clean_line, rejoin_hyphens
 
 BAD = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffe\uffff\u00ad]")
 BODY = "The lamp is checked every morning before the first train leaves the depot."
@@ -44,7 +44,7 @@ def _all_text(drafts: list[Draft]) -> str:
     ids=["ufffe", "eot", "backspace", "tab", "u00ad"],
 )
 def test_control_characters_and_markers_are_dropped(raw: str, expected: str) -> None:
-    assert clean_text(raw) == expected
+    assert clean_line(raw) == expected
 
 
 def test_a_word_split_at_a_line_end_is_made_whole() -> None:

@@ -48,8 +48,9 @@ class Line:
     height: float = 842.0  # points: its page's height
 
 
-def clean_text(text: str) -> str:
-    """The line without control characters and pdfium's markers; tabs become spaces."""
+def clean_line(text: str) -> str:
+    """One line without control characters, pdfium's markers and soft hyphens; tabs become
+    spaces (the loader's `clean_text.clean_text` then cleans every reader's whole text)."""
     return _DROP.sub("", text.replace("\t", " "))
 
 
@@ -122,7 +123,7 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
             raw_line = match.group()
             stripped = raw_line.strip()
             hyphen = stripped.endswith(tuple(_SOFT_HYPHENS))
-            stripped = clean_text(stripped).strip()
+            stripped = clean_line(stripped).strip()
             if not stripped:
                 continue
             size, font, top, span = 0.0, "", 0.5, (0, 0)
