@@ -13,12 +13,11 @@ from pathlib import Path
 
 import orjson
 
+from residency.context.retriever import chunk_retriever
 from residency.index import open_index
 from residency.planning.plan_model import read_plan
 from residency.query_log import LogRead, read_query_log
-from residency.serve.context import _retriever
-from residency.serve.replan import read_window, replan
-from residency.serve.settings import ServeSettings
+from residency.serve.replan import encoder_of, read_window, replan
 
 
 def rss_mb() -> float:
@@ -29,8 +28,7 @@ def rss_mb() -> float:
 def main(log: Path, index_dir: Path, plan_path: Path, window: int, mode: str) -> None:
     index = open_index(index_dir)
     plan = read_plan(plan_path)
-    settings = ServeSettings(plan=plan_path, upstreams=("http://127.0.0.1:9",), retriever="bm25")
-    _retriever(index, "bm25").search("warm up", 1)  # loaded before the baseline, as served
+    chunk_retriever(index, "bm25").search("warm up", 1)  # loaded before the baseline, as served
     before = rss_mb()
     started = time.perf_counter()
     if mode == "tail":
@@ -39,7 +37,7 @@ def main(log: Path, index_dir: Path, plan_path: Path, window: int, mode: str) ->
         whole = read_query_log(log)
         read = LogRead(entries=whole.entries[-window:], skipped=())
     read_s = time.perf_counter() - started
-    judged = replan(plan, index, settings, read, log)
+    judged = replan(plan, index, "bm25", encoder_of(plan, None), read, log)
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     out = {"seconds": seconds, "read_s": read_s, "rss_before_mb": before, "peak_rss_mb": peak,

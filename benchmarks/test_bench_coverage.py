@@ -26,10 +26,10 @@ import pytest
 from conftest import JSQUAD_VALID, REPO_ROOT
 
 from residency.atomic import write_bytes_atomic
+from residency.context.routing import RoutingSettings
 from residency.eval.coverage import CoverageReport, StrategyResult
 from residency.eval.coverage_options import CoverageOptions
 from residency.eval.coverage_runs import SimulationJob, run_simulation
-from residency.routing import RoutingSettings
 
 BUDGET_TOKENS = 30_000
 COVERAGE_TARGET = 0.985

@@ -14,6 +14,9 @@ from pathlib import Path
 
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from residency.context.builder import ContextBuilder
+from residency.context.routing import RoutingSettings
+from residency.context.settings import ContextSettings
 from residency.corpus.samples import JA_SAMPLE
 from residency.index import IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, log_mass
@@ -21,9 +24,6 @@ from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import CapacitySnapshot, write_plan
 from residency.planning.run import index_closeness
 from residency.query_log import read_query_log
-from residency.routing import RoutingSettings
-from residency.serve.context import ContextBuilder
-from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 
 PAIRS = 400
@@ -59,12 +59,8 @@ def _builders(
         assert len(plan.prefixes) == count
         path = tmp_path / f"plan-{name}.json"
         write_plan(plan, path)
-        settings = ServeSettings(
-            plan=path,
-            upstreams=("x",),
-            log=None,
-            retriever="bm25",
-            routing=RoutingSettings(hops=hops, spread=spread),
+        settings = ContextSettings(
+            retriever="bm25", routing=RoutingSettings(hops=hops, spread=spread)
         )
         builders[name] = ContextBuilder(plan, index, settings)
     return builders, [e.query for e in log]

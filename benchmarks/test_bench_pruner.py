@@ -23,9 +23,9 @@ import pytest
 from conftest import JSQUAD_VALID, REPO_ROOT
 
 from residency.atomic import write_bytes_atomic
+from residency.context.pruner_settings import PRUNER_SERVER_ARGS, PrunerSettings
 from residency.eval.prune import PruneEvalJob, run_prune_eval
 from residency.eval.prune_report import PruneEvalReport
-from residency.serve.pruner_settings import PRUNER_SERVER_ARGS, PrunerSettings
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the vLLM server harness lives beside the tests
 from vllm_server import VllmServer

@@ -29,11 +29,11 @@ import httpx
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from residency.context.builder import ContextBuilder
+from residency.context.prompt import assemble_messages
+from residency.context.settings import ContextSettings
 from residency.index import IndexOptions, build_index, open_index
 from residency.planning.plan_model import read_plan
-from residency.serve.context import ContextBuilder
-from residency.serve.prompt import assemble_messages
-from residency.serve.settings import ServeSettings
 from residency.stats import percentile
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
@@ -86,9 +86,7 @@ def setup(
             plan_path, [server.base_url], tmp, ("--retriever", "bm25", "--today", "2025-06-15")
         ).start()
         try:
-            settings = ServeSettings(
-                plan=plan_path, upstreams=(server.base_url,), log=None, retriever="bm25"
-            )
+            settings = ContextSettings(retriever="bm25")
             builder = ContextBuilder(read_plan(plan_path), open_index(index_dir), settings)
             yield {"server": server, "router": router, "builder": builder, "plan": plan_path}
         finally:

@@ -35,12 +35,12 @@ import httpx
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from residency.context.builder import ContextBuilder
+from residency.context.prompt import assemble_messages
+from residency.context.settings import ContextSettings
 from residency.index import IndexOptions, build_index, open_index
 from residency.machine import machine_info
 from residency.planning.plan_model import read_plan
-from residency.serve.context import ContextBuilder
-from residency.serve.prompt import assemble_messages
-from residency.serve.settings import ServeSettings
 from residency.stats import percentile
 from residency.tokenizer import LocalTokenizer
 
@@ -131,8 +131,7 @@ def routers(
 def _direct_body(plan_and_index: tuple[Path, Path], upstream: str, question: str) -> bytes:
     """The request the router would send for ``question`` (same size on the wire)."""
     plan, index = plan_and_index
-    settings = ServeSettings(plan=plan, upstreams=(upstream,), log=None, retriever="bm25")
-    builder = ContextBuilder(read_plan(plan), open_index(index), settings)
+    builder = ContextBuilder(read_plan(plan), open_index(index), ContextSettings(retriever="bm25"))
     r = builder.retrieve(question)
     messages = assemble_messages(
         [{"role": "user", "content": question}],

@@ -26,7 +26,7 @@ Internal signals, caught where they are raised and never shown to a user as such
     serve.validation.RequestError             a client request the router refuses (4xx body)
     serve.upstreams.NoUpstreamError           every upstream is out of rotation (503)
     serve.guard.ClientGoneError               the client left mid-body (logged, no traceback)
-    serve.pruner.InvalidReplyError            the pruner model's reply is not the JSON asked for
+    context.pruner.InvalidReplyError          the pruner model's reply is not the JSON asked for
     warm.watch._ServerDownError               `warm --watch` waits the restart out
     vllm_client.kv_wire.KvEventsError         a payload that is not a KV event batch (the
                                               subscriber counts, logs and skips it)

@@ -27,15 +27,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from vllm_server import VllmServer  # noqa: E402
 
+from residency.context.builder import ContextBuilder  # noqa: E402
+from residency.context.prompt import assemble_messages  # noqa: E402
+from residency.context.settings import ContextSettings  # noqa: E402
 from residency.index import IndexOptions, build_index, open_index  # noqa: E402
 from residency.launcher import ManagedServer, free_port  # noqa: E402
 from residency.machine import machine_info  # noqa: E402
 from residency.models.tiny import DENSE_SPEC, build_tiny_model  # noqa: E402
 from residency.models.tokenizer import ensure_tokenizer  # noqa: E402
 from residency.planning.plan_model import read_plan  # noqa: E402
-from residency.serve.context import ContextBuilder  # noqa: E402
-from residency.serve.prompt import assemble_messages  # noqa: E402
-from residency.serve.settings import ServeSettings  # noqa: E402
 from residency.stats import percentile  # noqa: E402
 from residency.tokenizer import LocalTokenizer  # noqa: E402
 
@@ -99,8 +99,7 @@ def main() -> None:
             )  # fmt: skip
             routers.append(_router(before_tree, plan, server.base_url, tmp, "before"))
             routers.append(_router(REPO, plan, server.base_url, tmp, "after"))
-            settings = ServeSettings(plan=plan, upstreams=(server.base_url,), log=None)
-            builder = ContextBuilder(read_plan(plan), open_index(index_dir), settings)
+            builder = ContextBuilder(read_plan(plan), open_index(index_dir), ContextSettings())
             question = next(q for q in QUESTIONS if builder.retrieve(q).route == "resident")
             r = builder.retrieve(question)
             messages = assemble_messages(

@@ -30,12 +30,12 @@ from vllm_pool import ServerSpec, VllmServerPool
 from vllm_server import REPO_ROOT, VllmServer, test_dtype_flag
 
 from planner.units import DTYPE_BYTES
+from residency.context.pruner_settings import PRUNER_SERVER_ARGS
 from residency.corpus.samples import DATA_ROOT
 from residency.cpu_dtype import choose_cpu_dtype, same_tokens_gib
 from residency.models import smollm2
 from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
-from residency.serve.pruner_settings import PRUNER_SERVER_ARGS
 
 # Everything in this process and the servers it starts stays offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -27,6 +27,8 @@ from pydantic import ValidationError
 from residency_cli import run_cli
 from router_server import RouterProcess
 
+from residency.context.builder import ContextBuilder
+from residency.context.settings import ContextSettings
 from residency.corpus.samples import EN_SAMPLE
 from residency.errors import ConfigError
 from residency.index import IndexOptions, build_index, open_index
@@ -34,8 +36,6 @@ from residency.planning.plan_model import read_plan
 from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.agent_settings import AgentSettings, floor_of
 from residency.serve.canary import MAX_CANARY_BYTES, RecallCanary, evaluate_canary, read_canary
-from residency.serve.context import ContextBuilder
-from residency.serve.settings import ServeSettings
 from residency.serve.state import ServingState
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import find_samples, parse_prometheus
@@ -76,8 +76,7 @@ def test_the_canary_measures_the_live_retriever_and_sees_a_broken_index(
     results = {}
     for name in ("good", "broken"):
         plan = read_plan(indexes[f"plan-{name}"])
-        settings = ServeSettings(plan=indexes[f"plan-{name}"], retriever="bm25")
-        builder = ContextBuilder(plan, open_index(indexes[name]), settings)
+        builder = ContextBuilder(plan, open_index(indexes[name]), ContextSettings(retriever="bm25"))
         results[name] = evaluate_canary(builder, questions).metrics
     assert results["good"]["recall_at_10"] >= 0.6
     assert results["broken"]["recall_at_10"] < results["good"]["recall_at_10"] / 2

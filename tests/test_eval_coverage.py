@@ -14,6 +14,7 @@ import pytest
 from residency_cli import run_cli
 from vllm_server import VllmServer
 
+from residency.context.routing import DEFAULT_K, RoutedQuestion, RoutingSettings
 from residency.eval.coverage import (
     ResidentSet,
     evaluate_coverage,
@@ -26,7 +27,6 @@ from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
 from residency.planning.prefix import render_passage
 from residency.query_log import LogEntry
-from residency.routing import DEFAULT_K, RoutedQuestion, RoutingSettings
 from residency.tokenizer import LocalTokenizer
 
 SECTIONS = {
@@ -790,9 +790,9 @@ def test_the_dated_route_pins_the_period_s_sections_as_the_router_does(
 def test_eval_and_router_pin_the_same_dated_sections(
     dated_index: Index, encoder: LocalTokenizer, tmp_path: Path, max_dated: int
 ) -> None:
+    from residency.context.builder import ContextBuilder
+    from residency.context.settings import ContextSettings
     from residency.eval.dated import dated_pinning
-    from residency.serve.context import ContextBuilder
-    from residency.serve.settings import ServeSettings
 
     today = dt.date(2025, 6, 15)
     capacity = CapacitySnapshot(
@@ -805,10 +805,9 @@ def test_eval_and_router_pin_the_same_dated_sections(
     assert "note-mar-04::c1" in plan.resident_chunk_ids()  # one dated note is resident
     path = tmp_path / "plan.json"
     write_plan(plan, path)
-    settings = ServeSettings(
-        plan=path, upstreams=("http://x",), log=None, retriever="bm25",
-        routing=RoutingSettings(today=today, max_dated=max_dated),
-    )  # fmt: skip
+    settings = ContextSettings(
+        retriever="bm25", routing=RoutingSettings(today=today, max_dated=max_dated)
+    )
     builder = ContextBuilder(plan, dated_index, settings)
     pinning = dated_pinning(dated_index, encoder, today, max_dated)
     assert pinning is not None

@@ -18,13 +18,13 @@ from kv_events_traffic import filler_words
 from router_server import RouterProcess
 from vllm_pool import ServerSpec, VllmServerPool
 
+from residency.context.builder import ContextBuilder
+from residency.context.headers import PREFIX_HEADER
+from residency.context.settings import ContextSettings
 from residency.corpus.samples import EN_SAMPLE
 from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan, plan_index_dir, read_plan
 from residency.query_log import read_query_log
-from residency.serve.context import ContextBuilder
-from residency.serve.headers import PREFIX_HEADER
-from residency.serve.settings import ServeSettings
 
 pytestmark = pytest.mark.vllm
 
@@ -43,8 +43,7 @@ def _questions(plan: ResidencyPlan, index_dir: Path, words: int) -> tuple[str, s
     """(busy question, its prefix, idle question, its prefix): questions on the resident route,
     the busy one routed alike with any filler; the idle one's prefix is the branch warmed
     earliest among those the busy one does not use (the LRU's first victim)."""
-    settings = ServeSettings(plan=Path("plan.json"), upstreams=("x",), log=None, retriever="bm25")
-    builder = ContextBuilder(plan, open_index(index_dir), settings)
+    builder = ContextBuilder(plan, open_index(index_dir), ContextSettings(retriever="bm25"))
     first: dict[str, str] = {}
     for entry in read_query_log(EN_SAMPLE.queries).entries:
         r = builder.retrieve(entry.query)

@@ -32,7 +32,6 @@ CROSS_CUTTING = frozenset(
         "progress",
         "prompt_language",
         "query_log",
-        "routing",
         "stats",
         "tokenizer",
         "vllm_client",
@@ -49,8 +48,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "capacity": frozenset(),
     "planning": frozenset({"capacity", "corpus", "index", "models"}),
     "warm": frozenset({"capacity", "planning"}),
-    "serve": frozenset({"corpus", "index", "planning", "retrieval", "timex", "warm"}),
-    "eval": frozenset({"corpus", "index", "models", "planning", "retrieval", "serve", "timex"}),
+    "context": frozenset({"corpus", "index", "planning", "retrieval", "timex"}),
+    "status": frozenset(),
+    "serve": frozenset(
+        {"context", "corpus", "index", "planning", "retrieval", "status", "timex", "warm"}
+    ),
+    "eval": frozenset({"context", "corpus", "index", "models", "planning", "retrieval", "timex"}),
 }
 ALLOWED["bench"] = frozenset(ALLOWED) - {"bench"}
 ALLOWED["demo"] = ALLOWED["bench"] | {"bench"}

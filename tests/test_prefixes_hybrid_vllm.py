@@ -32,15 +32,15 @@ from planner.budget import Reserves
 from planner.prefixes import pool_prefixes
 from residency.capacity.report import build_capacity_report
 from residency.capacity.request import DEFAULT_MAX_MODEL_LEN, CapacityRequest
+from residency.context.builder import ContextBuilder
+from residency.context.headers import PREFIX_HEADER
+from residency.context.settings import ContextSettings
 from residency.corpus.samples import EN_SAMPLE
 from residency.index import build_index, open_index
 from residency.planning.multi import hybrid_pool
 from residency.planning.plan_model import read_plan
 from residency.planning.run import sample_index_options, snapshot
 from residency.query_log import read_query_log
-from residency.serve.context import ContextBuilder
-from residency.serve.headers import PREFIX_HEADER
-from residency.serve.settings import ServeSettings
 from residency.tokenizer import ServerTokenizer
 
 pytestmark = pytest.mark.vllm
@@ -190,8 +190,7 @@ def test_four_hybrid_prefixes_warm_and_every_request_finds_its_prefix_cached(
         assert entry["resident"] is True, entry
         assert entry["cached_tokens"] >= entry["prefix_tokens"] - block
 
-    settings = ServeSettings(plan=plan_path, upstreams=("x",), log=None, retriever="bm25")
-    builder = ContextBuilder(plan, open_index(index_dir), settings)
+    builder = ContextBuilder(plan, open_index(index_dir), ContextSettings(retriever="bm25"))
     by_prefix: dict[str, list[str]] = {p.id: [] for p in plan.prefixes}
     for entry in read_query_log(EN_SAMPLE.queries).entries:
         picked = by_prefix[builder.retrieve(entry.query).prefix_id]

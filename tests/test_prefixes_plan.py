@@ -11,6 +11,9 @@ import pytest
 
 from planner import InfeasiblePlanError
 from planner.prefixes import concurrency_left, max_prefixes, split_budgets
+from residency.context.builder import ContextBuilder
+from residency.context.routing import choose_prefix
+from residency.context.settings import ContextSettings
 from residency.corpus.model import Chunk
 from residency.errors import ConfigError
 from residency.index import Index, IndexOptions, build_index, open_index
@@ -20,9 +23,6 @@ from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import CapacitySnapshot, read_plan, write_plan
 from residency.planning.run import index_closeness
 from residency.query_log import LogEntry
-from residency.routing import choose_prefix
-from residency.serve.context import ContextBuilder
-from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 
 TOPICS = {
@@ -224,9 +224,7 @@ def test_auto_count_uses_the_kv_cache_and_routes_per_question(
     assert [p.id for p in legacy.all_prefixes()] == ["p0"]
     assert legacy.all_prefixes()[0].prefix == plan.prefix
     # The router picks the prefix holding the best-ranked evidence and its text goes first.
-    builder = ContextBuilder(
-        plan, index, ServeSettings(plan=path, upstreams=("http://x",), log=None, retriever="bm25")
-    )
+    builder = ContextBuilder(plan, index, ContextSettings(retriever="bm25"))
     routed = set()
     for p in plan.prefixes:
         for section in p.section_ids:
@@ -249,9 +247,9 @@ def test_choose_prefix_takes_the_best_ranked_resident_hit() -> None:
 def test_coverage_of_several_prefixes_counts_only_the_routed_one(
     index: Index, tokenizer_dir: Path
 ) -> None:
+    from residency.context.routing import RoutingSettings
     from residency.eval.coverage import ResidentSet, evaluate_coverage
     from residency.eval.questions import Question
-    from residency.routing import RoutingSettings
 
     cap, enc = capacity(10_000, 300), LocalTokenizer(tokenizer_dir)
     affinity = index_closeness(index)
@@ -346,9 +344,7 @@ def test_a_shared_head_leads_every_prefix_and_is_counted_once(
     # every prefix shows it.
     path = tmp_path / "plan.json"
     write_plan(plan, path)
-    builder = ContextBuilder(
-        plan, index, ServeSettings(plan=path, upstreams=("http://x",), log=None, retriever="bm25")
-    )
+    builder = ContextBuilder(plan, index, ContextSettings(retriever="bm25"))
     alarm = builder.retrieve(TOPICS["alarm"][:20])
     assert "警報" in builder.prefix_text(alarm.prefix_id)
     for p in plan.prefixes:

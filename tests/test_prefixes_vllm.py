@@ -16,13 +16,13 @@ import pytest
 from router_server import RouterProcess
 from vllm_server import VllmServer
 
+from residency.context.builder import ContextBuilder
+from residency.context.headers import PREFIX_HEADER
+from residency.context.settings import ContextSettings
 from residency.corpus.samples import EN_SAMPLE
 from residency.index import open_index
 from residency.planning.plan_model import read_plan
 from residency.query_log import read_query_log
-from residency.serve.context import ContextBuilder
-from residency.serve.headers import PREFIX_HEADER
-from residency.serve.settings import ServeSettings
 
 pytestmark = pytest.mark.vllm
 
@@ -91,8 +91,7 @@ def test_every_prefix_warm_and_every_request_finds_its_prefix_cached(
         assert entry["cached_tokens"] >= entry["prefix_tokens"] - block
 
     # Questions from the sample log, routed offline the way the router will route them.
-    settings = ServeSettings(plan=plan_path, upstreams=("x",), log=None, retriever="bm25")
-    builder = ContextBuilder(plan, open_index(index_dir), settings)
+    builder = ContextBuilder(plan, open_index(index_dir), ContextSettings(retriever="bm25"))
     by_prefix: dict[str, list[str]] = {p.id: [] for p in plan.prefixes}
     for entry in read_query_log(EN_SAMPLE.queries).entries:
         picked = by_prefix[builder.retrieve(entry.query).prefix_id]

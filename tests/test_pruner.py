@@ -23,6 +23,16 @@ from typer.testing import CliRunner
 from vllm_server import VllmServer, free_port
 
 from residency.cli.eval_prune import prune as prune_command
+from residency.context.pruner import (
+    Passage,
+    PruneResult,
+    build_request,
+    grade_schema,
+    keep_ids,
+    prune,
+    prune_sync,
+)
+from residency.context.pruner_settings import PrunerSettings
 from residency.errors import ConfigError, UpstreamError
 from residency.eval.prune import (
     MEANINGLESS_GRADES_NOTE,
@@ -35,16 +45,6 @@ from residency.eval.prune import (
 )
 from residency.eval.prune_report import PruneEvalReport
 from residency.eval.questions import Question
-from residency.serve.pruner import (
-    Passage,
-    PruneResult,
-    build_request,
-    grade_schema,
-    keep_ids,
-    prune,
-    prune_sync,
-)
-from residency.serve.pruner_settings import PrunerSettings
 from residency.vllm_client import open_session
 
 PASSAGES = (

@@ -15,12 +15,12 @@ import pytest
 from section_index import section_index
 from test_top_sections import QUERIES, SECTIONS, several_prefix_plan
 
-import residency.serve.context as context
+import residency.context.builder as context
+from residency.context.builder import ContextBuilder
+from residency.context.routing import ChunkHit
+from residency.context.settings import ContextSettings
 from residency.index import Index
 from residency.planning.plan_model import write_plan
-from residency.routing import ChunkHit
-from residency.serve.context import ContextBuilder
-from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 
 
@@ -46,8 +46,7 @@ def builder_of(index: Index, tokenizer_dir: Path, tmp_path: Path) -> ContextBuil
     plan = several_prefix_plan(index, LocalTokenizer(tokenizer_dir))
     path = tmp_path / "plan.json"
     write_plan(plan, path)
-    settings = ServeSettings(plan=path, upstreams=("http://x",), log=None, retriever="bm25")
-    return ContextBuilder(plan, index, settings)
+    return ContextBuilder(plan, index, ContextSettings(retriever="bm25"))
 
 
 @pytest.fixture
@@ -56,8 +55,8 @@ def builder(index: Index, tokenizer_dir: Path, tmp_path: Path) -> ContextBuilder
 
 
 def counted(builder: ContextBuilder) -> CountingSearch:
-    counter = CountingSearch(builder._retriever)
-    builder._retriever = counter
+    counter = CountingSearch(builder.retriever)
+    builder.retriever = counter
     return counter
 
 

@@ -21,11 +21,10 @@ from residency_cli import run_cli
 from router_server import RouterProcess
 
 from residency.corpus.samples import EN_SAMPLE
-from residency.index import IndexOptions, build_index, open_index
-from residency.planning.plan_model import read_plan
-from residency.query_log import read_query_log
-from residency.serve.replan import Judgement, read_window, replan, window_coverage
-from residency.serve.settings import ServeSettings
+from residency.index import Index, IndexOptions, build_index, open_index
+from residency.planning.plan_model import ResidencyPlan, read_plan
+from residency.query_log import LogRead, read_query_log
+from residency.serve.replan import Judgement, encoder_of, read_window, replan, window_coverage
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import find_samples, parse_prometheus
 
@@ -78,8 +77,9 @@ def shift(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) ->
     return out
 
 
-def settings(plan: Path) -> ServeSettings:
-    return ServeSettings(plan=plan, upstreams=("http://127.0.0.1:9",), retriever="bm25")
+def judge(plan: ResidencyPlan, index: Index, window: LogRead, log: Path) -> Judgement:
+    """The router's re-plan, through BM25 (the index has no dense vectors)."""
+    return replan(plan, index, "bm25", encoder_of(plan, None), window, log)
 
 
 def test_a_replan_after_the_shift_covers_as_a_hand_plan_and_a_stationary_one_gains_nothing(
@@ -90,11 +90,11 @@ def test_a_replan_after_the_shift_covers_as_a_hand_plan_and_a_stationary_one_gai
     first = read_window(shift["first"], WINDOW)
     second = read_window(shift["second"], WINDOW)
 
-    stationary = replan(served, index, settings(shift["plan-first"]), first, shift["first"])
+    stationary = judge(served, index, first, shift["first"])
     assert stationary.current >= 0.5  # the plan covers the questions it was made from
     assert stationary.gain <= 0.02, stationary  # nothing to gain: no swap
 
-    shifted = replan(served, index, settings(shift["plan-first"]), second, shift["second"])
+    shifted = judge(served, index, second, shift["second"])
     hand = window_coverage(read_plan(shift["plan-second"]), index, "bm25", second.entries)
     assert shifted.current < hand - 0.1  # the shift: last month's plan misses this month
     print(f"\nstationary {stationary.current:.3f} -> {stationary.candidate:.3f}; after the shift "
@@ -210,13 +210,13 @@ def test_one_client_cannot_steer_a_replan_and_refused_requests_are_no_questions(
     window = read_window(log, WINDOW, source_share=0.1)
     assert len(window.entries) == WINDOW
     assert sum(e.query in junk for e in window.entries) == int(WINDOW * 0.1)
-    judged = replan(served, index, settings(shift["plan-first"]), window, log)
+    judged = judge(served, index, window, log)
     assert not judged.swap(0.02), judged
 
     # Without the cap the attack fills the window and its plan gains (the issue's +0.406)
     open_window = read_window(log, WINDOW, source_share=1.0)
     assert all(e.query in junk for e in open_window.entries)
-    poisoned = replan(served, index, settings(shift["plan-first"]), open_window, log)
+    poisoned = judge(served, index, open_window, log)
     assert poisoned.swap(0.02)
 
 
@@ -239,9 +239,6 @@ def test_a_genuine_shift_from_many_clients_still_swaps_under_the_cap(
         + sourced_lines(topic("note-"), 300, sources=30)
     )
     window = read_window(log, WINDOW, source_share=0.1)
-    judged = replan(
-        read_plan(shift["plan-first"]), open_index(shift["index"]),
-        settings(shift["plan-first"]), window, log,
-    )  # fmt: skip
+    judged = judge(read_plan(shift["plan-first"]), open_index(shift["index"]), window, log)
     assert judged.held_gain > 0.1
     assert judged.swap(0.02), judged

@@ -30,7 +30,7 @@ from vllm_pool import ServerSpec, VllmServerPool
 from vllm_server import VllmServer
 
 from residency.planning.plan_model import read_plan
-from residency.serve.status_model import ResidencyStatus
+from residency.status.model import ResidencyStatus
 from residency.vllm_client import parse_prometheus
 
 pytestmark = pytest.mark.vllm

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from residency.context.routing import decide_route
 from residency.planning.scoring import attribute_queries, score_sections
 from residency.query_log import LogEntry
-from residency.routing import decide_route
 
 
 def test_attribution_splits_counts_by_inverse_square_rank() -> None:

@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from section_index import section_index
 
+from residency.context.builder import ContextBuilder
+from residency.context.routing import PrefixRoutes, RoutingSettings, route_question, second_hop
+from residency.context.settings import ContextSettings
 from residency.eval.coverage import ResidentSet, evaluate_coverage, rank_queries
 from residency.eval.hops import PivotRankings
 from residency.eval.questions import Question
@@ -17,9 +20,6 @@ from residency.index import Index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, write_plan
 from residency.query_log import LogEntry
-from residency.routing import PrefixRoutes, RoutingSettings, route_question, second_hop
-from residency.serve.context import ContextBuilder
-from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 
 SECTIONS = {
@@ -135,12 +135,8 @@ def test_router_and_eval_add_the_same_chunks(
     assert not plan.resident_chunk_ids() & {"kanzaki::c1", "orca::c1", "radio::c1"}
     path = tmp_path / "plan.json"
     write_plan(plan, path)
-    settings = ServeSettings(
-        plan=path,
-        upstreams=("http://x",),
-        log=None,
-        retriever="bm25",
-        routing=RoutingSettings(hops=hops, k=1, hedge=0, spread=0),
+    settings = ContextSettings(
+        retriever="bm25", routing=RoutingSettings(hops=hops, k=1, hedge=0, spread=0)
     )
     builder = ContextBuilder(plan, index, settings)
     resident = {index.section_of(c) for c in plan.resident_chunk_ids()}

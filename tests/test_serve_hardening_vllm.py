@@ -27,8 +27,8 @@ from router_server import RouterProcess
 from test_serve_vllm import CORPUS, ROUTER_ARGS, log_records, make_plan, metric, sse_events
 from vllm_server import VllmServer
 
+from residency.context.headers import ROUTE_HEADER
 from residency.index import IndexOptions, build_index
-from residency.serve.headers import ROUTE_HEADER
 from residency.serve.settings import RequestLimits
 from residency.serve.validation import MAX_JSON_DEPTH, READBACK_PARAMS, SAMPLING_PARAMS
 from residency.tokenizer import LocalTokenizer

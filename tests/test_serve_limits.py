@@ -18,7 +18,7 @@ import pytest
 from offline_router import metric, offline_plan
 from router_server import RouterProcess
 
-from residency.serve.headers import ROUTE_HEADER
+from residency.context.headers import ROUTE_HEADER
 from residency.serve.validation import MAX_JSON_DEPTH
 
 CHAT = "/v1/chat/completions"

@@ -24,9 +24,9 @@ from residency_cli import run_cli
 from router_server import RouterProcess
 from vllm_server import REPO_ROOT, VllmServer
 
+from residency.context.headers import PREFIX_HEADER
 from residency.index import IndexOptions, build_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
-from residency.serve.headers import PREFIX_HEADER
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import find_samples, parse_prometheus
 from residency.vllm_client.sse import DONE_DATA, data_events

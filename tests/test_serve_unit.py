@@ -14,8 +14,7 @@ from pydantic import ValidationError
 from residency_cli import run_cli
 
 from residency.cli import main
-from residency.errors import ConfigError
-from residency.serve.prompt import (
+from residency.context.prompt import (
     CLIENT_SYSTEM_HEADER,
     QUESTION_HEADER,
     RETRIEVED_HEADER,
@@ -23,6 +22,7 @@ from residency.serve.prompt import (
     assemble_messages,
     question_of,
 )
+from residency.errors import ConfigError
 from residency.serve.settings import ServeSettings, is_loopback
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, UpstreamPool

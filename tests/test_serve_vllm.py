@@ -25,16 +25,16 @@ from router_server import RouterProcess
 from vllm_pool import ServerSpec, VllmServerPool
 from vllm_server import REPO_ROOT, VllmServer
 
+from residency.context.builder import ContextBuilder, Retrieval
+from residency.context.headers import parse_retrieved_header
+from residency.context.prompt import assemble_messages
+from residency.context.routing import RoutingSettings
+from residency.context.settings import ContextSettings
 from residency.corpus.squad import questions_file
 from residency.eval.coverage_runs import squad_corpus
 from residency.index import IndexOptions, build_index, open_index
 from residency.planning.plan_model import ResidencyPlan, read_plan
 from residency.query_log import read_query_log
-from residency.routing import RoutingSettings
-from residency.serve.context import ContextBuilder, Retrieval
-from residency.serve.headers import parse_retrieved_header
-from residency.serve.prompt import assemble_messages
-from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import parse_prometheus, sum_samples
 from residency.vllm_client.sse import DONE_DATA, data_events
@@ -60,10 +60,9 @@ def make_plan(server_url: str, index_dir: Path, out: Path, *extra: str) -> Path:
 
 def builder_for(plan: Path, index_dir: Path, upstream: str) -> ContextBuilder:
     """The library's view of what the router does for a question (same settings)."""
-    settings = ServeSettings(
-        plan=plan, upstreams=(upstream,), log=None, retriever="bm25",
-        routing=RoutingSettings(today=dt.date.fromisoformat(TODAY)),
-    )  # fmt: skip
+    settings = ContextSettings(
+        retriever="bm25", routing=RoutingSettings(today=dt.date.fromisoformat(TODAY))
+    )
     return ContextBuilder(read_plan(plan), open_index(index_dir), settings)
 
 

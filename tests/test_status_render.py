@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 
 from residency.cli.status import render
-from residency.serve.status_model import (
+from residency.status.model import (
     AdmittedRequest,
     EvictionRecord,
     PrefixStatus,

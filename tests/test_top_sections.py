@@ -11,6 +11,14 @@ from pathlib import Path
 import pytest
 from section_index import section_index
 
+from residency.context.builder import ContextBuilder
+from residency.context.routing import (
+    PrefixRoutes,
+    RoutingSettings,
+    route_question,
+    top_section_chunks,
+)
+from residency.context.settings import ContextSettings
 from residency.eval.coverage import (
     ResidentSet,
     chunk_token_counts,
@@ -24,14 +32,6 @@ from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, write_plan
 from residency.planning.run import index_closeness
 from residency.query_log import LogEntry
-from residency.routing import (
-    PrefixRoutes,
-    RoutingSettings,
-    route_question,
-    top_section_chunks,
-)
-from residency.serve.context import ContextBuilder
-from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 
 SECTIONS = {
@@ -173,10 +173,7 @@ def test_router_and_eval_route_alike_on_several_prefixes(
     path = tmp_path / "plan.json"
     write_plan(plan, path)
     routing = RoutingSettings(k=1, spread=spread)
-    settings = ServeSettings(
-        plan=path, upstreams=("http://x",), log=None, retriever="bm25", routing=routing
-    )
-    builder = ContextBuilder(plan, index, settings)
+    builder = ContextBuilder(plan, index, ContextSettings(retriever="bm25", routing=routing))
     tokens = chunk_token_counts(index, encoder)
     served = ResidentSet.from_plan(plan, routing.k)
     prefixes = {p.id: frozenset(c for i in p.resident for c in i.chunk_ids) for p in plan.prefixes}

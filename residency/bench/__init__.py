@@ -1,7 +1,7 @@
 """`residency bench`: cold vs warm TTFT per prompt length on a live vLLM, coverage vs budget.
 
-May import: planner, the cross-cutting modules, capacity, corpus, eval, index, models, planning,
-retrieval, serve, timex, warm.
+May import: planner, the cross-cutting modules, capacity, context, corpus, eval, index, models,
+planning, retrieval, serve, status, timex, warm.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from planner import InfeasiblePlanError
 from residency.bench.report import CoverageCurve, CoveragePoint
+from residency.context.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN, RoutingSettings
 from residency.errors import ConfigError
 from residency.eval.coverage import (
     RAG_BASELINE_KS,
@@ -29,7 +30,6 @@ from residency.index import BuildProgress, Index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import ResidencyPlan, Strategy
 from residency.query_log import LogEntry, merge_by_time, read_query_log
-from residency.routing import DEFAULT_HEDGE, DEFAULT_K, DEFAULT_MARGIN, RoutingSettings
 from residency.tokenizer import ApproxTokenizer, MemoTokenizer, ModelTokenizer, reopen_tokenizer
 
 DEFAULT_BUDGET_FRACTIONS: tuple[float, ...] = (0.125, 0.25, 0.5, 0.75, 1.0)

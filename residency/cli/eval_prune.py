@@ -13,11 +13,11 @@ from rich.markup import escape
 
 from residency.cli.output import echo_json, pct
 from residency.cli.spec import command
+from residency.context.pruner_settings import PrunerSettings
 from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLE_HELP
 from residency.eval.defaults import COVERAGE_CACHE
 from residency.eval.prune_report import PruneEvalReport, PruneSample
 from residency.flags import Flag, Section
-from residency.serve.pruner_settings import PrunerSettings
 
 
 class PruneArgs(BaseModel):

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     from rich.console import RenderableType
 
-    from residency.serve.status_client import Reader
-    from residency.serve.status_model import ResidencyStatus
+    from residency.status.client import Reader
+    from residency.status.model import ResidencyStatus
 
 RECENT_MAX = 100  # the router keeps this many outcomes per upstream and prefix
 COLUMNS = ("up", "prefix", "blocks", "state", "hit/miss", "rewarms", "last eviction", "mode")
@@ -101,7 +101,8 @@ def _show(console: object, picture: ResidencyStatus, json_output: bool) -> None:
 
 def _source(args: StatusArgs) -> AbstractAsyncContextManager[Reader]:
     """An async context yielding a coroutine function that reads the picture now."""
-    from residency.serve.status_client import direct_source, router_source
+    from residency.serve.direct_status import direct_source
+    from residency.status.client import router_source
 
     if args.plan is not None:
         return direct_source(args.plan, args.url, args.api_key, args.last)
@@ -157,7 +158,7 @@ def _mode(mode: str) -> str:
 
 
 def _eviction(e: object, now: float) -> str:
-    from residency.serve.status_model import EvictionRecord
+    from residency.status.model import EvictionRecord
 
     if not isinstance(e, EvictionRecord):
         return "-"

@@ -1,8 +1,8 @@
 """`residency demo`: the whole product on a CPU-only machine, from a local model to real answers
 and the TTFT picture, within a time budget; it runs every stage in order.
 
-May import: planner, the cross-cutting modules, bench, capacity, corpus, eval, index, models,
-planning, retrieval, serve, timex, warm.
+May import: planner, the cross-cutting modules, bench, capacity, context, corpus, eval, index,
+models, planning, retrieval, serve, status, timex, warm.
 """
 
 from __future__ import annotations

@@ -10,15 +10,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.context.builder import ContextBuilder
+from residency.context.headers import PREFIX_HEADER, read_route_headers
+from residency.context.routing import RoutingSettings
+from residency.context.settings import ContextSettings
 from residency.errors import UpstreamError
 from residency.eval.questions import load_questions
 from residency.index import open_index
 from residency.planning.plan_model import ResidencyPlan
 from residency.query_log import read_query_log
-from residency.routing import RoutingSettings
-from residency.serve.context import ContextBuilder
-from residency.serve.headers import PREFIX_HEADER, read_route_headers
-from residency.serve.settings import ServeSettings
 from residency.timex import resolve_period
 from residency.vllm_client import VllmClient
 
@@ -69,13 +69,7 @@ def router_routes(
 ) -> Callable[[str], str]:
     """The route the demo's router (BM25, --today) will give a question, computed here by the
     same ContextBuilder."""
-    settings = ServeSettings(
-        plan=plan_path,
-        upstreams=(upstream,),
-        log=None,
-        retriever="bm25",
-        routing=RoutingSettings(today=today),
-    )
+    settings = ContextSettings(retriever="bm25", routing=RoutingSettings(today=today))
     builder = ContextBuilder(plan, open_index(index_dir), settings)
     return lambda question: builder.retrieve(question).route
 

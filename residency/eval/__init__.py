@@ -3,6 +3,6 @@
 `traffic`, `coverage_runs`), the pruner (`prune`) and answers (`answers`), all on question sets
 read by one reader (`questions`).
 
-May import: planner, the cross-cutting modules, corpus, index, models, planning, retrieval,
-serve, timex.
+May import: planner, the cross-cutting modules, context, corpus, index, models, planning,
+retrieval, timex.
 """

@@ -4,7 +4,7 @@
 For one resident set (a plan's resident chunks, or nothing for RAG-only) and a question:
 
 - The question's chunks are ranked once over the whole corpus (`Index.search_chunks(query,
-  prefetch)`, resident chunks included) and routed by `residency.routing.route_question`, the
+  prefetch)`, resident chunks included) and routed by `context.routing.route_question`, the
   router's own function, with the same `RoutingSettings`: the prefix (several: the one holding
   the best-ranked routed chunk), route "resident" adds the best `hedge` non-resident chunk(s)
   (insurance), route "long_tail" adds the top `k` non-resident chunks, and the best chunk of
@@ -24,10 +24,10 @@ For one resident set (a plan's resident chunks, or nothing for RAG-only) and a q
   long-tail route might have caught).
 - **Dated route** (as `residency serve` pins them): when a question has a time expression
   (`timex.resolve_period`, against `--today`), up to `max_dated` sections dated inside it
-  (the router's own `residency.serve.context.pinned_dated`: retrieved ones first) are visible
+  (the router's own `residency.context.builder.pinned_dated`: retrieved ones first) are visible
   whole, unless wholly in the routed prefix; a long-tail chunk of a pinned section is not added
   again. Plain RAG rows pin nothing.
-- **Second hop** (`hops` 2): `residency.routing.second_hop`'s chunk last; plain RAG: one hop.
+- **Second hop** (`hops` 2): `context.routing.second_hop`'s chunk last; plain RAG: one hop.
 - **Uncached tokens**: the added chunks, the pinned sections and the question (the prefix it is
   routed to is cached); **prompt tokens** add that prefix.
 - **Added tokens** (prompt tokens beyond the cached prefix): the sum over added chunks of
@@ -44,6 +44,13 @@ import datetime as dt
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from residency.context.routing import (
+    PrefixRoutes,
+    Route,
+    RoutedQuestion,
+    RoutingSettings,
+    route_question,
+)
 from residency.corpus.model import Chunk, Section
 from residency.eval.coverage_report import (
     CoverageMetrics,
@@ -62,13 +69,6 @@ from residency.index import Index, manifest_hash
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
 from residency.retrieval import FusedHit
-from residency.routing import (
-    PrefixRoutes,
-    Route,
-    RoutedQuestion,
-    RoutingSettings,
-    route_question,
-)
 from residency.tokenizer import ModelTokenizer
 
 __all__ = [

@@ -8,9 +8,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from residency.context.routing import RoutingSettings
 from residency.eval.defaults import DEFAULT_EVAL_SIZE, DEFAULT_LOG_SIZE, DEFAULT_ZIPF_S
 from residency.flags import Flag, Section
-from residency.routing import RoutingSettings
 
 DEFAULT_BUDGET_TOKENS = 30000
 

@@ -1,5 +1,5 @@
 """The router's dated route in the coverage evaluation: the sections a question's time
-expression pins whole (`residency.serve.context.pinned_dated`, the router's own choice), what
+expression pins whole (`residency.context.builder.pinned_dated`, the router's own choice), what
 they show and what they cost."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from residency.context.builder import pinned_dated
 from residency.index import Index
 from residency.planning.prefix import render_passage
 from residency.retrieval import FusedHit
-from residency.serve.context import pinned_dated
 from residency.timex import resolve_period
 from residency.tokenizer import ModelTokenizer
 

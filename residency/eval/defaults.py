@@ -7,8 +7,8 @@ models (about 90 ms of pydantic class building on 2 shared cores).
 
 from __future__ import annotations
 
+from residency.context.routing import DEFAULT_K
 from residency.paths import cache_root
-from residency.routing import DEFAULT_K
 
 # Budget / display name -> MetricSet field (residency/eval/retrieval.py).
 METRICS: dict[str, str] = {

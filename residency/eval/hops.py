@@ -1,6 +1,6 @@
 """The second retrieval hop's pivot rankings in the coverage evaluation: the ranking of one
 chunk's own text, computed once per pivot and shared by every row (the hop itself is
-`residency.routing.second_hop`, inside `route_question`, the router's own choice)."""
+`residency.context.routing.second_hop`, inside `route_question`, the router's own choice)."""
 
 from __future__ import annotations
 

@@ -20,6 +20,13 @@ from pathlib import Path
 
 import httpx
 
+from residency.context.pruner import (
+    Passage,
+    PruneResult,
+    keep_ids,
+    prune_sync,
+)
+from residency.context.pruner_settings import PRUNER_FLAG, PrunerSettings
 from residency.corpus.samples import JA_SAMPLE, SampleCorpus
 from residency.corpus.squad import questions_file
 from residency.errors import ConfigError, CorpusError
@@ -36,13 +43,6 @@ from residency.machine import machine_info
 from residency.models.tiny import STAMP_FILE
 from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.run import CACHE_DIR, DATA_ROOT, sample_index
-from residency.serve.pruner import (
-    Passage,
-    PruneResult,
-    keep_ids,
-    prune_sync,
-)
-from residency.serve.pruner_settings import PRUNER_FLAG, PrunerSettings
 from residency.stats import TimingStats
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient

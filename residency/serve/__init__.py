@@ -1,7 +1,8 @@
 """The serve stage, `residency serve`: the OpenAI-compatible router in front of vLLM. Owns the
-request path (`router`), the per-request context (retrieve, route, pin dated sections, prune:
-`context`, `pruner`), prompt assembly, the upstream pool, the response headers, metrics and the
-query log it appends (which the plan stage reads back).
+request path (`router`), the upstream pool, metrics, the residency picture it serves
+(`status_view`) and the query log it appends (which the plan stage reads back); each request's
+context (retrieve, route, pin dated sections, prune, assemble, headers) comes from `context`.
 
-May import: planner, the cross-cutting modules, corpus, index, planning, retrieval, timex, warm.
+May import: planner, the cross-cutting modules, context, corpus, index, planning, retrieval,
+status, timex, warm.
 """

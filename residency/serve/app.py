@@ -33,10 +33,10 @@ from residency.serve.router import Router
 from residency.serve.series import initialise_series
 from residency.serve.settings import WATCH_PLAN_INTERVAL_S, ServeSettings
 from residency.serve.state import ServingState
-from residency.serve.status_model import ResidencyStatus
 from residency.serve.status_view import residency_status
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import Upstream, UpstreamPool
+from residency.status.model import ResidencyStatus
 from residency.vllm_client import TransportError, endpoints, open_session
 from residency.warm import WarmOptions, warm
 

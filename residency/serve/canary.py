@@ -23,11 +23,11 @@ import anyio
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from residency.context.builder import ContextBuilder
 from residency.errors import ConfigError
 from residency.retrieval.metrics import K_VALUES, question_metrics
 from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.agent_settings import AgentSettings, floor_of
-from residency.serve.context import ContextBuilder, _retriever
 from residency.serve.state import ServingState
 
 log = logging.getLogger("residency.serve")
@@ -91,7 +91,7 @@ def evaluate_canary(builder: ContextBuilder, questions: Sequence[CanaryQuestion]
     """Mean section-level metrics of the questions through the builder's retriever (the one
     the router searches with: --retriever over the served index)."""
     index = builder.index
-    retriever = _retriever(index, builder.settings.retriever)
+    retriever = builder.retriever
     fetch = max(builder.settings.routing.prefetch, MAX_K)
     rows = []
     for q in questions:

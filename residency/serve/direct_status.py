@@ -23,9 +23,10 @@ from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.block_index import BlockIndex, Chain
 from residency.serve.forensics import RECENT_REQUESTS, Forensics
 from residency.serve.state import plan_sha256, read_plan_bytes
-from residency.serve.status_model import ResidencyStatus
 from residency.serve.status_view import residency_status
 from residency.serve.upstreams import Upstream
+from residency.status.client import Reader
+from residency.status.model import ResidencyStatus
 from residency.vllm_client import AsyncVllmClient, VllmClient, open_session
 from residency.vllm_client.async_client import Probe
 from residency.vllm_client.kv_events import (
@@ -108,6 +109,23 @@ async def watch_server(
         finally:
             await stop_task(task)
             await forensics.stop()
+
+
+@contextlib.asynccontextmanager
+async def direct_source(
+    plan: Path, url: str, api_key: str | None, last: int
+) -> AsyncIterator[Reader]:
+    """`residency status --plan`'s source (a `Reader` as the router's is): the vLLM server at
+    `url`, its events read for the prefixes of `plan`."""
+    try:
+        async with watch_server(plan, url, api_key) as watched:
+
+            async def read() -> ResidencyStatus:
+                return watched.picture(last)
+
+            yield read
+    except OSError as exc:
+        raise UpstreamError(f"status: cannot read {url} ({exc})") from None
 
 
 async def _replayed(subscriber: KvEventSubscriber, task: asyncio.Task[None], replay: bool) -> None:

@@ -6,9 +6,9 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from residency.serve.context import RequestContext
+from residency.context.builder import RequestContext
+from residency.context.headers import route_headers
 from residency.serve.forensics import Admission
-from residency.serve.headers import route_headers
 from residency.serve.record import Outcome
 from residency.serve.upstreams import Upstream
 from residency.vllm_client.endpoints import Generation

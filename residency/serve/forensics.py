@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from residency.serve.agent_metrics import AgentMetrics
-from residency.serve.status_model import AdmittedRequest, EvictionRecord
 from residency.serve.upstreams import Upstream
+from residency.status.model import AdmittedRequest, EvictionRecord
 from residency.vllm_client import TransportError, Usage, find_samples, parse_prometheus
 
 log = logging.getLogger("residency.serve")

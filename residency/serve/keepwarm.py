@@ -203,7 +203,7 @@ class KeepWarm:
 
 def touch_payload(up: Upstream, policy: KeepWarmPolicy, prefix_id: str) -> bytes:
     """The touch request: the prefix as the first system message, as every routed request
-    sends it (residency/serve/prompt.py), a one-character question and one output token."""
+    sends it (residency/context/prompt.py), a one-character question and one output token."""
     messages = [
         {"role": "system", "content": policy.texts[prefix_id]},
         {"role": "user", "content": TOUCH_QUESTION},

@@ -24,6 +24,8 @@ import anyio
 import orjson
 from pydantic import ValidationError
 
+from residency.context.retriever import chunk_retriever
+from residency.context.settings import RetrieverName
 from residency.errors import ConfigError, CorpusError, ResidencyError
 from residency.index import Index
 from residency.planning.plan_model import (
@@ -36,9 +38,8 @@ from residency.planning.run import plan_from_log
 from residency.query_log import LogEntry, LogRead, lines_from_end
 from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.canary import read_canary
-from residency.serve.context import _retriever
 from residency.serve.reload import PlanReloader
-from residency.serve.settings import RetrieverName, ServeSettings
+from residency.serve.settings import ServeSettings
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, ServerTokenizer
 
 log = logging.getLogger("residency.serve")
@@ -134,7 +135,7 @@ def _answered(line: bytes) -> tuple[LogEntry | None, str | None]:
 def top_chunks(index: Index, retriever: RetrieverName, queries: Iterable[str]) -> dict[str, str]:
     """Each distinct query's top chunk id through `retriever` ('' when nothing is found):
     one retrieval per question, however many plans are judged on it."""
-    search = _retriever(index, retriever)
+    search = chunk_retriever(index, retriever)
     out: dict[str, str] = {}
     for query in queries:
         if query not in out:
@@ -158,13 +159,15 @@ def window_coverage(
     return coverage(plan, top_chunks(index, retriever, (e.query for e in entries)), entries)
 
 
-def encoder_of(plan: ResidencyPlan, upstream: str) -> ModelTokenizer:
+def encoder_of(plan: ResidencyPlan, upstream: str | None) -> ModelTokenizer:
     """The tokenizer the served plan was counted with: its directory, the upstream's own
     /tokenize (a plan made with --server), or the approximate rule."""
     label = plan.prefix.tokenizer
     if label.startswith("tokenizer:"):
         return LocalTokenizer(Path(label.removeprefix("tokenizer:")))
     if label.startswith("server:"):
+        if upstream is None:
+            raise ConfigError(f"re-plan: plan counted with {label} needs an --upstream to count")
         return ServerTokenizer(upstream)
     return ApproxTokenizer()
 
@@ -172,14 +175,16 @@ def encoder_of(plan: ResidencyPlan, upstream: str) -> ModelTokenizer:
 def replan(
     plan: ResidencyPlan,
     index: Index,
-    settings: ServeSettings,
+    retriever: RetrieverName,
+    encoder: ModelTokenizer,
     window: LogRead,
     source: Path,
     canary: Sequence[str] = (),
 ) -> Judgement:
     """A plan from the window less its held-back part (every HOLD_BACK_EVERY-th question),
-    judged against the served one on the whole window, on the held-back part and on the
-    `canary` questions (CPU-bound: run in a thread)."""
+    counted with `encoder` (`encoder_of` the served plan), judged against the served one
+    through `retriever` on the whole window, on the held-back part and on the `canary`
+    questions (CPU-bound: run in a thread)."""
     held = window.entries[HOLD_BACK_EVERY - 1 :: HOLD_BACK_EVERY]
     made_from = LogRead(
         entries=tuple(
@@ -208,12 +213,12 @@ def replan(
         made_from,
         files,
         plan.capacity,
-        encoder_of(plan, settings.upstreams[0]),
+        encoder,
         plan_settings,
         pins,
     )
     entries = window.entries
-    tops = top_chunks(index, settings.retriever, [*(e.query for e in entries), *canary])
+    tops = top_chunks(index, retriever, [*(e.query for e in entries), *canary])
     asked = [LogEntry(query=q) for q in canary]
     return Judgement(
         questions=window.total_count,
@@ -279,8 +284,17 @@ class Replanner:
         plan, index = state.builder.plan, state.builder.index
         try:
             canary = await anyio.to_thread.run_sync(self._canary_questions)
+            # a plan counted by the server: its /tokenize is asked for the model (I/O)
+            encoder = await anyio.to_thread.run_sync(encoder_of, plan, self._settings.upstreams[0])
             judged = await anyio.to_thread.run_sync(
-                replan, plan, index, self._settings, window, self._log_path, canary
+                replan,
+                plan,
+                index,
+                self._settings.retriever,
+                encoder,
+                window,
+                self._log_path,
+                canary,
             )
         except Exception as exc:  # a plan that cannot be made leaves the served one alone
             why = str(exc) if isinstance(exc, ResidencyError) else f"{type(exc).__name__}: {exc}"

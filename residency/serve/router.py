@@ -24,6 +24,7 @@ from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from residency.context.prompt import assemble_messages
 from residency.errors import BackendError
 from residency.serve import drain as shutdown
 from residency.serve.errors import error_response, unavailable
@@ -31,7 +32,6 @@ from residency.serve.exchange import Endpoint, Exchange
 from residency.serve.forensics import Forensics
 from residency.serve.guard import ClientGoneError, Slots, read_body, wait_disconnect
 from residency.serve.keepwarm import KeepWarm
-from residency.serve.prompt import assemble_messages
 from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog, source_of
 from residency.serve.settings import ServeSettings
 from residency.serve.state import ServingState

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from residency.context.pruner_settings import PrunerSettings
+from residency.context.routing import RoutingSettings
+from residency.context.settings import (
+    DEFAULT_RETRIEVER,
+    RETRIEVER_HELP,
+    ContextSettings,
+    RetrieverName,
+)
 from residency.flags import Flag, Section
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
-from residency.routing import RoutingSettings
 from residency.serve.agent_settings import AGENT, AgentSettings
-from residency.serve.pruner_settings import PrunerSettings
 
-RetrieverName = Literal["hybrid", "bm25", "dense", "qdrant"]
 # --watch-plan polls plan.json's mtime and size this often (its sha256 only when they change).
 WATCH_PLAN_INTERVAL_S = 2.0
 DEFAULT_UPSTREAM = "http://127.0.0.1:8000"
@@ -114,9 +119,7 @@ class ServeSettings(BaseModel):
         default_factory=RoutingSettings, description="How a question is routed."
     )
     retriever: Annotated[RetrieverName, Flag(panel=ROUTE)] = Field(
-        default="hybrid",
-        description="hybrid (dense + BM25, fused), bm25, dense (in process), or qdrant (the "
-        "same fusion over the index's Qdrant collection, see --qdrant).",
+        default=DEFAULT_RETRIEVER, description=RETRIEVER_HELP
     )
     qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (with --retriever qdrant)."
@@ -186,6 +189,12 @@ class ServeSettings(BaseModel):
         description="Pass echo, prompt_logprobs, return_token_ids and return_tokens_as_token_ids "
         "on: they return the hidden prompt (prefix and retrieved passages).",
     )
+
+    @property
+    def context(self) -> ContextSettings:
+        """The question-to-context pipeline's part of these settings (what a ContextBuilder
+        takes)."""
+        return ContextSettings(routing=self.routing, retriever=self.retriever, pruner=self.pruner)
 
     @field_validator("api_key")
     @classmethod

@@ -7,10 +7,10 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from residency.context.builder import ContextBuilder
 from residency.errors import ConfigError
 from residency.index import Index, open_index
 from residency.planning.plan_model import ResidencyPlan, parse_plan, plan_index_dir
-from residency.serve.context import ContextBuilder
 from residency.serve.keepwarm import KeepWarmPolicy, policy_of
 from residency.serve.settings import ServeSettings
 
@@ -58,7 +58,7 @@ def load_state(
 
             backend = QdrantBackend(settings.qdrant)
         index = open_index(path, backend=backend)
-    builder = ContextBuilder(plan, index, settings)
+    builder = ContextBuilder(plan, index, settings.context)
     return ServingState(builder, plan_sha256(raw), policy_of(plan, settings.keep_warm))
 
 

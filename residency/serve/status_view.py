@@ -9,14 +9,14 @@ from typing import Protocol
 
 from residency.serve.block_index import BlockIndex
 from residency.serve.forensics import RECENT_REQUESTS, Forensics
-from residency.serve.status_model import (
+from residency.serve.upstreams import Upstream
+from residency.status.model import (
     Mode,
     PrefixStatus,
     ResidencyStatus,
     State,
     UpstreamStatus,
 )
-from residency.serve.upstreams import Upstream
 
 
 class EngineView(Protocol):

@@ -23,9 +23,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.responses import Response
 
+from residency.context.prompt import question_of
 from residency.errors import ConfigError
 from residency.serve.errors import error_response
-from residency.serve.prompt import question_of
 from residency.vllm_client.endpoints import Generation
 
 # Parameters that return prompt text, prompt token ids or prompt logprobs: with them a client

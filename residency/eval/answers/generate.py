@@ -1,5 +1,5 @@
 """The ways an answer is generated, on the same questions, in the router's prompt shape
-(`serve.prompt.assemble_messages`) and the corpus's language (`index.language`), so that what
+(`context.prompt.assemble_messages`) and the corpus's language (`index.language`), so that what
 differs between strategies is the evidence in the prompt, not its wording:
 
 - `echo`: no model at all — the question itself is the answer: the scorer's floor (a weak model
@@ -22,6 +22,8 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from residency.context.headers import parse_retrieved_header, read_route_headers
+from residency.context.prompt import ContextBlock, assemble_messages
 from residency.corpus.model import Section
 from residency.errors import UpstreamError
 from residency.eval.answers.options import StrategyName
@@ -30,8 +32,6 @@ from residency.eval.answers.scoring import evidence_visible
 from residency.index import Index
 from residency.planning.prefix import render_passage, render_prefix
 from residency.prompt_language import PromptLanguage
-from residency.serve.headers import parse_retrieved_header, read_route_headers
-from residency.serve.prompt import ContextBlock, assemble_messages
 from residency.vllm_client import StreamedAnswer, VllmClient
 
 __all__ = ["parse_retrieved_header"]  # read here for the router's answers; tests use it too

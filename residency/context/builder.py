@@ -1,7 +1,7 @@
-"""Per-request context: retrieve over the whole corpus, route it
-(`residency.routing.route_question`: the prefix, the long-tail chunks, the dated sections pinned
-for a time expression, the top sections wherever they live, the second hop), optionally prune,
-and render what goes after the resident prefix.
+"""Per-request context: retrieve over the whole corpus, route it (`routing.route_question`: the
+prefix, the long-tail chunks, the dated sections pinned for a time expression, the top sections
+wherever they live, the second hop), optionally prune, and render what goes after the resident
+prefix.
 
 Shared by the router and `residency eval answers`, so both put the same text in front of the
 model for the same question.
@@ -16,17 +16,18 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal, Protocol
+from typing import Literal
 
+from residency.context.prompt import ContextBlock
+from residency.context.pruner import Passage, PruneResult, prune
+from residency.context.retriever import chunk_retriever
+from residency.context.routing import ChunkHit, PrefixRoutes, RoutedQuestion, route_question
+from residency.context.settings import ContextSettings
 from residency.corpus.model import Section
 from residency.errors import ConfigError
 from residency.index import Index
 from residency.planning.plan_model import ResidencyPlan
 from residency.planning.prefix import render_passage
-from residency.routing import ChunkHit, PrefixRoutes, RoutedQuestion, route_question
-from residency.serve.prompt import ContextBlock
-from residency.serve.pruner import Passage, PruneResult, prune
-from residency.serve.settings import RetrieverName, ServeSettings
 from residency.timex import Period, resolve_period, select_dated
 from residency.vllm_client import Session
 
@@ -36,14 +37,6 @@ PIVOT_CACHE = 4096
 # Questions whose ranking, period and route are kept per plan (a repeated question recomputes
 # nothing: no vector, no BM25 scores, no fusion, no routing; ~2 KB each).
 RECENT_QUESTIONS = 4096
-
-
-class ChunkSearch(Protocol):
-    """A chunk-level retriever (BM25, dense or the fused hybrid)."""
-
-    def search(self, query: str, k: int) -> Sequence[ChunkHit]:
-        """Top-k chunk hits, best first."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +88,7 @@ class _Routed:
 class ContextBuilder:
     """Builds request contexts from a plan and the index it was made from."""
 
-    def __init__(self, plan: ResidencyPlan, index: Index, settings: ServeSettings) -> None:
+    def __init__(self, plan: ResidencyPlan, index: Index, settings: ContextSettings) -> None:
         if plan.corpus_hash != index.manifest.corpus_hash:
             raise ConfigError(
                 f"--plan was made from corpus {plan.corpus_hash[:12]} but --index "
@@ -121,7 +114,7 @@ class ContextBuilder:
         self._recent: OrderedDict[tuple[str, dt.date], _Routed] = OrderedDict()
         self._recent_lock = threading.Lock()
         self._rendered = lru_cache(maxsize=RECENT_QUESTIONS)(self._render)
-        self._retriever = _retriever(index, settings.retriever)
+        self.retriever = chunk_retriever(index, settings.retriever)
         self._pruner = (
             settings.pruner.model_copy(update={"language": index.language.code})
             if settings.pruner is not None
@@ -130,7 +123,7 @@ class ContextBuilder:
 
     def warm_up(self) -> None:
         """Load the retrievers (and the embedder) now rather than on the first request."""
-        self._retriever.search("warm up", 1)
+        self.retriever.search("warm up", 1)
 
     def retrieve(self, question: str, today: dt.date | None = None) -> Retrieval:
         """Retrieve, route and pin dated sections (CPU-bound: run it off the event loop); a
@@ -166,7 +159,7 @@ class ContextBuilder:
     def _route(self, question: str, today: dt.date) -> _Routed:
         """Rank the whole corpus for `question`, resolve its period and route it."""
         s = self.settings.routing
-        hits: Sequence[ChunkHit] = self._retriever.search(
+        hits: Sequence[ChunkHit] = self.retriever.search(
             question, max(s.prefetch, s.k + 1, s.spread)
         )
         period = resolve_period(question, today)
@@ -182,7 +175,7 @@ class ContextBuilder:
     def _rank_chunk_text(self, chunk_id: str) -> tuple[ChunkHit, ...]:
         """The ranking of one chunk's own text (the second hop's query)."""
         text = self.index.chunk(chunk_id).text
-        return tuple(self._retriever.search(text, self.settings.routing.prefetch))
+        return tuple(self.retriever.search(text, self.settings.routing.prefetch))
 
     def prefix_text(self, prefix_id: str) -> str:
         """The exact system-message text of one resident prefix."""
@@ -243,18 +236,3 @@ def pinned_dated(
         for s in select_dated(index.sections, period, ranked, max_dated)
         if not ((chunks := index.chunks_of(s.id)) and all(c.id in prefix_chunks for c in chunks))
     )
-
-
-def _retriever(index: Index, name: RetrieverName) -> ChunkSearch:
-    """The chunk-level retriever the router searches with (qdrant: the index's backend fused)."""
-    retrievers = index.retrievers()
-    if name == "bm25":
-        return retrievers.bm25
-    if name == "dense":
-        if retrievers.dense is None:
-            raise ConfigError(
-                f"--retriever dense: index {index.directory} was built without dense vectors "
-                "(--no-dense); use --retriever bm25 or rebuild the index"
-            )
-        return retrievers.dense
-    return retrievers.hybrid

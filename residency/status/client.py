@@ -1,18 +1,18 @@
-"""Where `residency status` reads its picture: a running router's `GET /residency`, or a vLLM
-server's own KV events (residency/serve/direct_status.py). Each is an async context yielding a
-coroutine function that reads the picture now; failures are one `UpstreamError` line."""
+"""Where `residency status` reads its picture from a running router: its `GET /residency`
+(`router_source`; a vLLM server's own KV events are read by serve/direct_status.py's
+`direct_source`). Each source is an async context yielding a coroutine function that reads the
+picture now (`Reader`); failures are one `UpstreamError` line."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 import httpx
 from pydantic import ValidationError
 
 from residency.errors import UpstreamError
-from residency.serve.status_model import ResidencyStatus, UpstreamStatus
+from residency.status.model import ResidencyStatus, UpstreamStatus
 from residency.vllm_client import endpoints
 
 Reader = Callable[[], Awaitable[ResidencyStatus]]
@@ -72,21 +72,3 @@ async def _unplanned(client: httpx.AsyncClient, base: str) -> ResidencyStatus:
     return ResidencyStatus(
         plan_sha256="none", recent_requests=1, ready=True, missing=[], upstreams=[up], prefixes=[]
     )
-
-
-@contextlib.asynccontextmanager
-async def direct_source(
-    plan: Path, url: str, api_key: str | None, last: int
-) -> AsyncIterator[Reader]:
-    """The vLLM server at `url`, its events read for the prefixes of `plan`."""
-    from residency.serve.direct_status import watch_server
-
-    try:
-        async with watch_server(plan, url, api_key) as watched:
-
-            async def read() -> ResidencyStatus:
-                return watched.picture(last)
-
-            yield read
-    except OSError as exc:
-        raise UpstreamError(f"status: cannot read {url} ({exc})") from None

@@ -38,9 +38,9 @@ import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from residency.context.pruner_settings import PRUNER_FLAG, PRUNER_SERVER_FLAG, PrunerSettings
 from residency.errors import UpstreamError
 from residency.prompt_language import LanguageCode
-from residency.serve.pruner_settings import PRUNER_FLAG, PRUNER_SERVER_FLAG, PrunerSettings
 from residency.vllm_client import AsyncVllmClient, RawAnswer, Session, VllmClient, endpoints
 from residency.vllm_client.wire import status_error
 

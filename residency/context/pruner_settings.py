@@ -1,6 +1,6 @@
 """Where the pruner's grading model runs and how its grades become a kept set
 (`PrunerSettings`), and the flags it needs on its vLLM: apart from the pruner itself, so the CLI
-declares `--pruner-*` flags without importing the HTTP clients. residency/serve/pruner.py says
+declares `--pruner-*` flags without importing the HTTP clients. residency/context/pruner.py says
 why the server needs `PRUNER_SERVER_ARGS`."""
 
 from __future__ import annotations
