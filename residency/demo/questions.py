@@ -64,9 +64,7 @@ class QuestionResult(BaseModel):
     )
 
 
-def router_routes(
-    plan: ResidencyPlan, plan_path: Path, index_dir: Path, upstream: str, today: dt.date
-) -> Callable[[str], str]:
+def router_routes(plan: ResidencyPlan, index_dir: Path, today: dt.date) -> Callable[[str], str]:
     """The route the demo's router (BM25, --today) will give a question, computed here by the
     same ContextBuilder."""
     settings = ContextSettings(retriever="bm25", routing=RoutingSettings(today=today))

@@ -307,7 +307,7 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
         detail.append(router.url)
 
     with steps.step("questions", "asking sample questions through the router") as detail:
-        route_of = router_routes(plan, plan_path, index_dir, vllm.url, options.today)
+        route_of = router_routes(plan, index_dir, options.today)
         picked = pick_questions(
             plan, served.sample.questions, options.today, route_of, served.sample.queries
         )
