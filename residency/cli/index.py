@@ -17,7 +17,7 @@ from rich.markup import escape
 from residency.atomic import check_output_dir
 from residency.cli.spec import command
 from residency.errors import ConfigError
-from residency.flags import Flag, Section
+from residency.flags import Flag, JsonOutput, Section, TokenizerDir, VllmServer
 from residency.index.options import IndexOptions, UploadOptions
 from residency.retrieval.qdrant_schema import QdrantCollectionRef, QdrantOptions
 
@@ -56,16 +56,10 @@ class IndexArgs(BaseModel):
     output: Annotated[Path, Flag("--output", "-o")] = Field(
         description="Index directory: created, or replaced atomically when done."
     )
-    tokenizer_dir: Annotated[Path | None, Flag(panel=_COUNT)] = Field(
-        default=None, description="Local model dir with tokenizer.json."
-    )
-    server: Annotated[str | None, Flag(panel=_COUNT)] = Field(
-        default=None, description="URL of a running vLLM: count with its /tokenize."
-    )
+    tokenizer_dir: Annotated[TokenizerDir, Flag(panel=_COUNT)]
+    server: Annotated[VllmServer, Flag(panel=_COUNT)]
     options: IndexOptions = Field(default_factory=IndexOptions, description="What to build.")
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print the manifest as JSON."
-    )
+    json_output: JsonOutput
     to: Annotated[
         tuple[Literal["qdrant"], str] | None, Flag(metavar="qdrant URL|PATH", panel=_UPLOAD)
     ] = Field(

@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from residency.cli.spec import command
 from residency.corpus.samples import DATA_ROOT
-from residency.flags import Flag
+from residency.flags import Flag, JsonOutput
 from residency.paths import cache_root
 
 app = typer.Typer(no_args_is_help=True, help="Build the local models vLLM serves offline.")
@@ -59,9 +59,7 @@ class BuildArgs(BaseModel):
     out: Annotated[Path | None, Flag(show_default=False)] = Field(
         default=None, description="Model directory to write (default: under the cache directory)."
     )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput
 
 
 @app.command("build")

@@ -14,9 +14,9 @@ from residency.atomic import check_output_file
 from residency.capacity.request import CapacityRequest
 from residency.cli.output import echo_json
 from residency.cli.qdrant_options import checked_qdrant, qdrant_backend
-from residency.cli.spec import command, stated
-from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLE_HELP
-from residency.flags import Flag, Section
+from residency.cli.spec import command
+from residency.corpus.samples import SampleName
+from residency.flags import Flag, IndexDir, JsonOutput, Section, TokenizerDir
 from residency.planning.plan_model import PlanSettings
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 
@@ -30,20 +30,14 @@ class PlanArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    request: Annotated[CapacityRequest, Section(skip=frozenset({"stated"}))] = Field(
+    request: CapacityRequest = Field(
         default_factory=CapacityRequest, description="The host and the vLLM flags."
     )
     settings: Annotated[PlanSettings, Section(panel=_PLAN, skip=frozenset({"seed"}))] = Field(
         default_factory=PlanSettings, description="How the resident sections are chosen."
     )
-    index: Annotated[Path | None, Flag(panel=_PLAN)] = Field(
-        default=None,
-        description="Index from `residency index` (default: the sample corpus's, built under "
-        "the cache directory on first use).",
-    )
-    sample: Annotated[str, Flag(panel=_PLAN)] = Field(
-        default=DEFAULT_SAMPLE, description=SAMPLE_HELP
-    )
+    index: Annotated[IndexDir, Flag(panel=_PLAN)]
+    sample: Annotated[SampleName, Flag(panel=_PLAN)]
     log: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
         default=(),
         description="Query log (jsonl: query, count, ts); repeatable, and globs (quoted: "
@@ -59,11 +53,7 @@ class PlanArgs(BaseModel):
     exclude: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
         default=(), description="Section id that is never resident (repeatable)."
     )
-    tokenizer_dir: Annotated[Path | None, Flag(panel=_PLAN)] = Field(
-        default=None,
-        description="Local tokenizer (tokenizer.json) of the served model for prefix tokens; "
-        "--server uses the server's.",
-    )
+    tokenizer_dir: Annotated[TokenizerDir, Flag(panel=_PLAN)]
     capacity_only: Annotated[bool, Flag(panel=_PLAN)] = Field(
         default=False, description="Only the capacity and budget; no residency plan."
     )
@@ -75,9 +65,7 @@ class PlanArgs(BaseModel):
     qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (--retriever qdrant)."
     )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput
 
     @model_validator(mode="after")
     def _qdrant_with_its_retriever(self) -> PlanArgs:
@@ -100,8 +88,7 @@ def plan(args: PlanArgs) -> None:
 
     if not args.capacity_only:
         check_output_file(args.output)  # before minutes of planning, not after
-    given = frozenset(p.removeprefix("request.") for p in stated() if p.startswith("request."))
-    request, json = args.request.model_copy(update={"stated": given}), args.json_output
+    request, json = args.request, args.json_output
     if args.capacity_only:
         report = build_capacity_report(request)
         if json:
@@ -112,7 +99,7 @@ def plan(args: PlanArgs) -> None:
     job = PlanJob(
         capacity=request,
         index_dir=args.index,
-        sample=get_sample(args.sample) if "sample" in stated() else None,
+        sample=None if args.sample is None else get_sample(args.sample),
         logs=args.log,
         backend=qdrant_backend(args.retriever, args.qdrant),
         tokenizer_dir=args.tokenizer_dir,

@@ -7,6 +7,12 @@ models (about 90 ms of pydantic class building on 2 shared cores).
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from residency.flags import Flag
 from residency.paths import cache_root
 from residency.routing import DEFAULT_K
 
@@ -31,3 +37,12 @@ COVERAGE_CACHE = cache_root() / "coverage"
 
 DEFAULT_PRUNE_K = DEFAULT_K  # the router's long-tail k
 DEFAULT_PRUNE_LIMIT = 200
+CoverageCacheDir = Annotated[
+    Path,
+    Flag(show_default="CACHE/coverage"),
+    Field(
+        default=COVERAGE_CACHE,
+        description="--squad: where the imported corpus and its index are kept (shared by "
+        "`eval coverage` and `eval prune`).",
+    ),
+]

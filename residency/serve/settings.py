@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from residency.flags import Flag, Section
+from residency.flags import Flag, IndexDir, RequestTimeout, RouterApiKey, Section, VllmApiKey
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 from residency.routing import RoutingSettings
 from residency.serve.agent_settings import AGENT, AgentSettings
@@ -73,15 +73,25 @@ class RequestLimits(BaseModel):
     )
 
 
+# The pruner's flags, as `serve` and `eval prune` both spell them. Its own token stays unset:
+# --api-key is what clients send the router.
+PRUNER_FLAGS = {
+    "url": Flag("--pruner-url"),
+    "model": Flag("--pruner-model"),
+    "threshold": Flag("--prune-threshold"),
+    "keep_top_k": Flag("--prune-keep-top-k"),
+    "timeout_s": Flag("--pruner-timeout"),
+}
+PRUNER_SKIP = frozenset({"api_key", "max_tokens", "language"})
+
+
 class ServeSettings(BaseModel):
     """Everything the router needs; built by the CLI from flags (each description is the help)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     plan: Path = Field(description="plan.json whose prefix every request starts with.")
-    index: Path | None = Field(
-        default=None, description="Index directory (default: the one the plan names)."
-    )
+    index: IndexDir
     upstreams: Annotated[tuple[str, ...], Flag("--upstream")] = Field(
         default=(DEFAULT_UPSTREAM,),
         min_length=1,
@@ -96,15 +106,8 @@ class ServeSettings(BaseModel):
     port: Annotated[int, Flag(panel=NET)] = Field(
         default=8100, ge=0, le=65535, description="Port to listen on (0: pick a free one)."
     )
-    api_key: Annotated[str | None, Flag(envvar="RESIDENCY_API_KEY", panel=NET)] = Field(
-        default=None,
-        min_length=8,
-        validate_default=True,
-        description="Bearer token clients must send (all paths but /health).",
-    )
-    upstream_api_key: Annotated[str | None, Flag(envvar="VLLM_API_KEY", panel=NET)] = Field(
-        default=None, description="Bearer token for the upstreams (vLLM --api-key)."
-    )
+    api_key: Annotated[RouterApiKey, Flag(panel=NET)]
+    upstream_api_key: Annotated[VllmApiKey, Flag(panel=NET)]
     log: Path | None = Field(
         default=None,
         description="Query log appended per request, what `residency plan --log` reads "
@@ -122,19 +125,7 @@ class ServeSettings(BaseModel):
         default=None, description="The Qdrant collection (with --retriever qdrant)."
     )
     pruner: Annotated[
-        PrunerSettings | None,
-        Section(
-            panel=PRUNE,
-            flags={
-                "url": Flag("--pruner-url"),
-                "model": Flag("--pruner-model"),
-                "threshold": Flag("--prune-threshold"),
-                "keep_top_k": Flag("--prune-keep-top-k"),
-                "timeout_s": Flag("--pruner-timeout"),
-            },
-            # The pruner's own token stays unset: --api-key is what clients send the router.
-            skip=frozenset({"api_key", "max_tokens", "language"}),
-        ),
+        PrunerSettings | None, Section(PRUNE, flags=PRUNER_FLAGS, skip=PRUNER_SKIP)
     ] = Field(default=None, description="The listwise pruner stage (None: off).")
     warm: bool = Field(
         default=True, description="Warm each upstream with the plan's prefix as it joins."
@@ -156,9 +147,7 @@ class ServeSettings(BaseModel):
     health_interval_s: Annotated[float, Flag("--health-interval")] = Field(
         default=5.0, gt=0, le=3600, description="Seconds between upstream health checks."
     )
-    request_timeout_s: Annotated[float, Flag("--request-timeout")] = Field(
-        default=600.0, gt=0, description="Seconds one upstream request may take."
-    )
+    request_timeout_s: RequestTimeout
     shutdown_timeout_s: Annotated[float, Flag("--shutdown-timeout")] = Field(
         default=60.0,
         gt=0,
