@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
 DEFAULT_VLLM_URL = "http://127.0.0.1:8000"
 """Where `vllm serve` listens by default: the server `warm` and `bench` talk to without
 --server."""
@@ -72,7 +73,6 @@ JsonOutput = Annotated[
     bool,
     Flag("--json"),
     Field(
-        default=False,
         description="Print the result as one JSON object on stdout (--watch: one per line); "
         "progress goes to stderr.",
     ),
@@ -81,7 +81,6 @@ VllmServer = Annotated[
     str | None,
     Flag(metavar="URL"),
     Field(
-        default=None,
         min_length=1,
         max_length=4096,
         description="Base URL of a running vLLM server: its own numbers (KV cache, "
@@ -93,7 +92,6 @@ VllmApiKey = Annotated[
     str | None,
     Flag("--vllm-api-key", envvar="VLLM_API_KEY"),
     Field(
-        default=None,
         max_length=4096,
         repr=False,
         description="Bearer token for the vLLM servers (their --api-key).",
@@ -103,7 +101,6 @@ RouterApiKey = Annotated[
     str | None,
     Flag("--api-key", envvar="RESIDENCY_API_KEY"),
     Field(
-        default=None,
         min_length=8,
         max_length=4096,
         repr=False,
@@ -116,7 +113,6 @@ Questions = Annotated[
     Path | None,
     Flag(show_default="the --sample corpus's qa.jsonl"),
     Field(
-        default=None,
         description="Questions, jsonl: query, relevant_ids (gold section ids), optional id, "
         "type and answer (the reference `eval answers` scores against).",
     ),
@@ -125,7 +121,6 @@ IndexDir = Annotated[
     Path | None,
     Flag("--index"),
     Field(
-        default=None,
         description="Index directory from `residency index` (default: the plan's, or the "
         "--sample corpus's, built under the cache directory on first use).",
     ),
@@ -133,7 +128,6 @@ IndexDir = Annotated[
 TokenizerDir = Annotated[
     Path | None,
     Field(
-        default=None,
         description="Local model directory with the served model's tokenizer.json, for token "
         "counts (default: the plan's; --server: the server's /tokenize).",
     ),
@@ -141,7 +135,6 @@ TokenizerDir = Annotated[
 SquadFile = Annotated[
     Path | None,
     Field(
-        default=None,
         description="SQuAD-style JSON to simulate traffic over, e.g. "
         "../shared/data/jsquad/valid-v1.3.json (imported and indexed under --cache-dir).",
     ),
@@ -149,7 +142,6 @@ SquadFile = Annotated[
 Watch = Annotated[
     bool,
     Field(
-        default=False,
         description="Keep running until Ctrl-C or SIGTERM: `index` re-reads and re-embeds only "
         "the corpus files added, edited or removed; `warm` probes every prefix each --interval s "
         "and re-warms only one that missed, waiting out restarts; `status` redraws in place.",
@@ -158,13 +150,12 @@ Watch = Annotated[
 RequestTimeout = Annotated[
     float,
     Flag("--request-timeout"),
-    Field(default=600.0, gt=0, le=86_400, description="Seconds one request to vLLM may take."),
+    Field(gt=0, le=86_400, description="Seconds one request to vLLM may take."),
 ]
 MaxModelLen = Annotated[
     int | None,
     Flag(show_default=False),
     Field(
-        default=None,
         ge=1,
         le=10**8,
         description="--max-model-len: the context window, tokens, as vLLM's flag (default: "

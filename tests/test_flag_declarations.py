@@ -73,7 +73,7 @@ def test_every_flag_name_has_one_declaration_across_commands() -> None:
 class _Shared(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    json_output: JsonOutput
+    json_output: JsonOutput = False
     index: Path | None = Field(default=None, description="Index directory.")
 
 
@@ -82,7 +82,7 @@ class _Copied(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    json_output: JsonOutput
+    json_output: JsonOutput = False
     index: Path = Field(default=Path("index"), description="Index directory.")
 
 

@@ -19,7 +19,6 @@ Lengths = Annotated[
     tuple[Annotated[int, Field(ge=1)], ...] | None,
     Flag(comma=True, show_default=False),
     Field(
-        default=None,
         min_length=1,
         max_length=64,
         description="Prompt lengths in tokens, comma-separated (default: bench "
@@ -31,7 +30,6 @@ Repeats = Annotated[
     int | None,
     Flag(show_default=False),
     Field(
-        default=None,
         ge=1,
         le=1_000,
         description=f"Timed warm sends per length (default: bench {DEFAULT_REPEATS}, demo 3).",
@@ -41,7 +39,6 @@ ColdRepeats = Annotated[
     int | None,
     Flag(show_default=False),
     Field(
-        default=None,
         ge=1,
         le=1_000,
         description="Cold sends per length, each with a fresh salt (default: bench "
@@ -55,22 +52,22 @@ class BenchOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    server: VllmServer
+    server: VllmServer = None
     model: str | None = Field(
         default=None,
         max_length=4096,
         description="Served model (default: the server's only one).",
     )
-    lengths: Lengths
-    repeats: Repeats
-    cold_repeats: ColdRepeats
+    lengths: Lengths = None
+    repeats: Repeats = None
+    cold_repeats: ColdRepeats = None
     max_sightings: int = Field(
         default=4, ge=0, le=64, description="Untimed re-sends of the warm prompt until one hits."
     )
     request_timeout_s: float = Field(
         default=600.0, gt=0, le=86_400, description="Seconds one send may take."
     )
-    api_key: VllmApiKey
+    api_key: VllmApiKey = None
     text_dir: Path = Field(
         default=JA_SAMPLE.docs, description="Corpus whose text fills the prompts (no --plan)."
     )

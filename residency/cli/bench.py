@@ -32,11 +32,11 @@ class BenchArgs(BaseModel):
         default=None,
         description="plan.json: its prefix is the prompt text, and one row is its prefix.",
     )
-    questions: Questions  # with --plan: coverage vs budget
+    questions: Questions = None  # with --plan: coverage vs budget
     plot: Path | None = Field(
         default=None, description="Write a PNG: TTFT vs length (+ coverage vs budget)."
     )
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _questions_need_a_plan(self) -> BenchArgs:

@@ -30,7 +30,7 @@ class ImportSquadArgs(BaseModel):
         "provenance go beside it (OUTDIR.qa.jsonl, OUTDIR.import.json)."
     )
     force: bool = Field(default=False, description="Replace OUTDIR even when it is not empty.")
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
 
 class SamplesArgs(BaseModel):
@@ -38,7 +38,7 @@ class SamplesArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
 
 @app.command("import-squad")

@@ -26,7 +26,7 @@ class DemoArgs(BaseModel):
         DemoOptions,
         Section(skip=frozenset({"cache_dir", "kv_cache_space_gib", "today", "startup_timeout_s"})),
     ] = Field(default_factory=DemoOptions, description="What the demo runs.")
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
 
 @command(DemoArgs)

@@ -53,8 +53,8 @@ class RetrievalArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    index: IndexDir
-    questions: Questions
+    index: IndexDir = None
+    questions: Questions = None
     options: RetrievalEvalOptions = Field(
         default_factory=RetrievalEvalOptions, description="Retrievers, fusion and history."
     )
@@ -66,7 +66,7 @@ class RetrievalArgs(BaseModel):
     qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (--retriever qdrant)."
     )
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _qdrant_with_its_retriever(self) -> RetrievalArgs:
@@ -88,7 +88,8 @@ def retrieval(args: RetrievalArgs) -> None:
     from residency.index import open_index
 
     options, index, questions, json = args.options, args.index, args.questions, args.json_output
-    assert index is not None and questions is not None  # RetrievalArgs refuses a run without
+    assert index is not None  # RetrievalArgs refuses a run without --index or --questions
+    assert questions is not None
     budgets = [parse_budget(b) for b in args.min_recall]
     backend = qdrant_backend(options.retriever, args.qdrant)
     opened = open_index(index, weights=_fusion_weights(options.weights), backend=backend)

@@ -32,13 +32,13 @@ class AnswersArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    questions: Questions
-    sample: SampleName
-    index: IndexDir  # rag's retrieval and whole's text
+    questions: Questions = None
+    sample: SampleName = None
+    index: IndexDir = None  # rag's retrieval and whole's text
     options: AnswerEvalOptions = Field(
         default_factory=AnswerEvalOptions, description="Strategies, endpoints and sizes."
     )
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
 
 @command(AnswersArgs)

@@ -14,7 +14,7 @@ from residency.cli.output import compact_table, echo_json, pct
 from residency.cli.spec import command
 from residency.errors import ConfigError
 from residency.eval.coverage_options import CoverageOptions, TrafficOptions
-from residency.eval.defaults import CoverageCacheDir
+from residency.eval.defaults import COVERAGE_CACHE, CoverageCacheDir
 from residency.flags import JsonOutput, Questions, SquadFile, TokenizerDir
 
 if TYPE_CHECKING:
@@ -33,8 +33,8 @@ class CoverageArgs(BaseModel):
         "side by side (e.g. the default several prefixes and --prefixes 1), beside rag-top-k at "
         "the same k.",
     )
-    questions: Questions
-    squad: SquadFile  # simulate its traffic and compare every strategy
+    questions: Questions = None
+    squad: SquadFile = None  # simulate its traffic and compare every strategy
     options: CoverageOptions = Field(
         default_factory=CoverageOptions, description="The host, the budget and the routing."
     )
@@ -52,9 +52,9 @@ class CoverageArgs(BaseModel):
         "as `residency serve` defaults to; embedding the corpus takes minutes on 2 cores). "
         "--plan uses the plan's index as the router does.",
     )
-    cache_dir: CoverageCacheDir
-    tokenizer_dir: TokenizerDir
-    json_output: JsonOutput
+    cache_dir: CoverageCacheDir = COVERAGE_CACHE
+    tokenizer_dir: TokenizerDir = None
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _one_source(self) -> CoverageArgs:

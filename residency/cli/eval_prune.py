@@ -13,9 +13,9 @@ from rich.markup import escape
 from residency.cli.output import echo_json, pct
 from residency.cli.spec import command
 from residency.corpus.samples import DEFAULT_SAMPLE, SampleName
-from residency.eval.defaults import CoverageCacheDir
+from residency.eval.defaults import COVERAGE_CACHE, CoverageCacheDir
 from residency.eval.prune_report import PruneEvalReport, PruneSample
-from residency.flags import Flag, IndexDir, JsonOutput, Questions, Section, SquadFile
+from residency.flags import IndexDir, JsonOutput, Questions, Section, SquadFile
 from residency.serve.pruner_settings import PrunerSettings
 from residency.serve.settings import PRUNER_FLAGS, PRUNER_SKIP
 
@@ -28,15 +28,15 @@ class PruneArgs(BaseModel):
     pruner: Annotated[PrunerSettings | None, Section(flags=PRUNER_FLAGS, skip=PRUNER_SKIP)] = Field(
         default=None, description="The grading model and how grades become a kept set."
     )
-    squad: SquadFile  # without it: --questions over --index
-    questions: Questions
-    index: IndexDir  # where the --questions' chunks come from
-    sample: SampleName
+    squad: SquadFile = None  # without it: --questions over --index
+    questions: Questions = None
+    index: IndexDir = None  # where the --questions' chunks come from
+    sample: SampleName = None
     sampling: PruneSample = Field(
         default_factory=PruneSample, description="Questions and chunks graded."
     )
-    cache_dir: CoverageCacheDir
-    json_output: JsonOutput
+    cache_dir: CoverageCacheDir = COVERAGE_CACHE
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _one_source(self) -> PruneArgs:

@@ -56,10 +56,10 @@ class IndexArgs(BaseModel):
     output: Annotated[Path, Flag("--output", "-o")] = Field(
         description="Index directory: created, or replaced atomically when done."
     )
-    tokenizer_dir: Annotated[TokenizerDir, Flag(panel=_COUNT)]
-    server: Annotated[VllmServer, Flag(panel=_COUNT)]
+    tokenizer_dir: Annotated[TokenizerDir, Flag(panel=_COUNT)] = None
+    server: Annotated[VllmServer, Flag(panel=_COUNT)] = None
     options: IndexOptions = Field(default_factory=IndexOptions, description="What to build.")
-    json_output: JsonOutput
+    json_output: JsonOutput = False
     to: Annotated[
         tuple[Literal["qdrant"], str] | None, Flag(metavar="qdrant URL|PATH", panel=_UPLOAD)
     ] = Field(

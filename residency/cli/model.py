@@ -59,7 +59,7 @@ class BuildArgs(BaseModel):
     out: Annotated[Path | None, Flag(show_default=False)] = Field(
         default=None, description="Model directory to write (default: under the cache directory)."
     )
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
 
 @app.command("build")

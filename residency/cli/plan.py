@@ -36,8 +36,8 @@ class PlanArgs(BaseModel):
     settings: Annotated[PlanSettings, Section(panel=_PLAN, skip=frozenset({"seed"}))] = Field(
         default_factory=PlanSettings, description="How the resident sections are chosen."
     )
-    index: Annotated[IndexDir, Flag(panel=_PLAN)]
-    sample: Annotated[SampleName, Flag(panel=_PLAN)]
+    index: Annotated[IndexDir, Flag(panel=_PLAN)] = None
+    sample: Annotated[SampleName, Flag(panel=_PLAN)] = None
     log: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
         default=(),
         description="Query log (jsonl: query, count, ts); repeatable, and globs (quoted: "
@@ -53,7 +53,7 @@ class PlanArgs(BaseModel):
     exclude: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
         default=(), description="Section id that is never resident (repeatable)."
     )
-    tokenizer_dir: Annotated[TokenizerDir, Flag(panel=_PLAN)]
+    tokenizer_dir: Annotated[TokenizerDir, Flag(panel=_PLAN)] = None
     capacity_only: Annotated[bool, Flag(panel=_PLAN)] = Field(
         default=False, description="Only the capacity and budget; no residency plan."
     )
@@ -65,7 +65,7 @@ class PlanArgs(BaseModel):
     qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (--retriever qdrant)."
     )
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _qdrant_with_its_retriever(self) -> PlanArgs:

@@ -24,7 +24,7 @@ class ProfilesArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
 
 @command(ProfilesArgs)

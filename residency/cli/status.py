@@ -50,13 +50,13 @@ class StatusArgs(BaseModel):
         le=RECENT_MAX,
         description="Hits and misses over the last N requests per upstream and prefix.",
     )
-    watch: Watch
+    watch: Watch = False
     refresh: float = Field(
         default=1.0, gt=0, le=3600, description="--watch: seconds between redraws."
     )
-    json_output: JsonOutput
-    api_key: RouterApiKey
-    vllm_api_key: VllmApiKey  # with --plan: the vLLM server's own key
+    json_output: JsonOutput = False
+    api_key: RouterApiKey = None
+    vllm_api_key: VllmApiKey = None  # with --plan: the vLLM server's own key
 
 
 @command(StatusArgs)

@@ -35,11 +35,11 @@ class WarmArgs(BaseModel):
     options: WarmOptions = Field(
         default_factory=WarmOptions, description="The server and how hard to try."
     )
-    watch: Annotated[Watch, Flag(panel=WATCH)]
+    watch: Annotated[Watch, Flag(panel=WATCH)] = False
     watch_settings: Annotated[WatchSettings, Section(panel=WATCH)] = Field(
         default_factory=WatchSettings, description="How --watch probes and waits."
     )
-    json_output: JsonOutput
+    json_output: JsonOutput = False
 
 
 @command(WarmArgs)

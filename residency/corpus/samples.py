@@ -75,7 +75,7 @@ SAMPLE_HELP = (
 SampleName = Annotated[
     str | None,
     Flag(show_default=DEFAULT_SAMPLE),
-    Field(default=None, description=SAMPLE_HELP),
+    Field(description=SAMPLE_HELP),
 ]
 """`--sample`: None is the default corpus (DEFAULT_SAMPLE); a command that builds on an index
 reads it only when no --index is given."""

@@ -44,9 +44,9 @@ class DemoOptions(BaseModel):
         description="--time-budget: seconds the whole run should take: the TTFT comparison "
         "keeps the lengths a measured prefill rate fits in what is left.",
     )
-    lengths: Lengths  # as given, not scaled to the budget
-    repeats: Repeats
-    cold_repeats: ColdRepeats
+    lengths: Lengths = None  # as given, not scaled to the budget
+    repeats: Repeats = None
+    cold_repeats: ColdRepeats = None
     keep_running: bool = Field(
         default=False, description="Leave vLLM and the router up afterwards and print their URLs."
     )

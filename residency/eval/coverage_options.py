@@ -8,8 +8,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.budget import ConcurrentRequests
 from residency.eval.defaults import DEFAULT_EVAL_SIZE, DEFAULT_LOG_SIZE, DEFAULT_ZIPF_S
-from planner import Reserves
 from residency.flags import Flag, MaxModelLen, Section, VllmServer
 from residency.routing import RoutingSettings
 
@@ -67,11 +67,11 @@ class CoverageOptions(BaseModel):
         "--max-model-len): adds the rows single-prefix and residency (several prefixes, as "
         "served).",
     )
-    max_model_len: MaxModelLen
+    max_model_len: MaxModelLen = None
     # --squad: the modelled host is the server's (vllm:cache_config_info, /v1/models)
-    server: VllmServer
+    server: VllmServer = None
     # --squad: requests the modelled host serves at once; the planner's own --concurrency
-    concurrency: int = Reserves.model_fields["concurrent_requests"]
+    concurrency: ConcurrentRequests = 1
     seeds: int = Field(
         default=1,
         ge=1,

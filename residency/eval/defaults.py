@@ -41,7 +41,6 @@ CoverageCacheDir = Annotated[
     Path,
     Flag(show_default="CACHE/coverage"),
     Field(
-        default=COVERAGE_CACHE,
         description="--squad: where the imported corpus and its index are kept (shared by "
         "`eval coverage` and `eval prune`).",
     ),

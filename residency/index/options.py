@@ -52,7 +52,7 @@ class IndexOptions(BaseModel):
     strict: bool = Field(
         default=False, description="Fail (write nothing) if any input would be skipped."
     )
-    watch: Watch
+    watch: Watch = False
 
 
 class UploadOptions(BaseModel):

@@ -8,7 +8,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from residency.flags import Flag, IndexDir, RequestTimeout, RouterApiKey, Section, VllmApiKey
+from residency.flags import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    Flag,
+    IndexDir,
+    RequestTimeout,
+    RouterApiKey,
+    Section,
+    VllmApiKey,
+)
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 from residency.routing import RoutingSettings
 from residency.serve.agent_settings import AGENT, AgentSettings
@@ -91,7 +99,7 @@ class ServeSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     plan: Path = Field(description="plan.json whose prefix every request starts with.")
-    index: IndexDir
+    index: IndexDir = None
     upstreams: Annotated[tuple[str, ...], Flag("--upstream")] = Field(
         default=(DEFAULT_UPSTREAM,),
         min_length=1,
@@ -106,8 +114,8 @@ class ServeSettings(BaseModel):
     port: Annotated[int, Flag(panel=NET)] = Field(
         default=8100, ge=0, le=65535, description="Port to listen on (0: pick a free one)."
     )
-    api_key: Annotated[RouterApiKey, Flag(panel=NET)]
-    upstream_api_key: Annotated[VllmApiKey, Flag(panel=NET)]
+    api_key: Annotated[RouterApiKey, Flag(panel=NET)] = None
+    upstream_api_key: Annotated[VllmApiKey, Flag(panel=NET)] = None
     log: Path | None = Field(
         default=None,
         description="Query log appended per request, what `residency plan --log` reads "
@@ -147,7 +155,7 @@ class ServeSettings(BaseModel):
     health_interval_s: Annotated[float, Flag("--health-interval")] = Field(
         default=5.0, gt=0, le=3600, description="Seconds between upstream health checks."
     )
-    request_timeout_s: RequestTimeout
+    request_timeout_s: RequestTimeout = DEFAULT_REQUEST_TIMEOUT_S
     shutdown_timeout_s: Annotated[float, Flag("--shutdown-timeout")] = Field(
         default=60.0,
         gt=0,

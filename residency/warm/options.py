@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.flags import (
+    DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_VLLM_URL,
     Flag,
     RequestTimeout,
@@ -24,13 +25,13 @@ class WarmOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    server: VllmServer
+    server: VllmServer = None
     timeout_s: Annotated[float, Flag("--timeout")] = Field(
         default=120.0,
         gt=0,
         description="Seconds to wait for /health (exponential backoff).",
     )
-    request_timeout_s: RequestTimeout
+    request_timeout_s: RequestTimeout = DEFAULT_REQUEST_TIMEOUT_S
     max_sightings: int = Field(
         default=4,
         ge=0,
@@ -43,7 +44,7 @@ class WarmOptions(BaseModel):
         description="Accept a served model whose name differs from the plan's (the tokenizer, "
         "max_model_len and prefix hash are still checked).",
     )
-    api_key: VllmApiKey
+    api_key: VllmApiKey = None
 
     @property
     def url(self) -> str:

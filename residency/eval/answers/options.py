@@ -89,7 +89,7 @@ class AnswerEvalOptions(BaseModel):
         default=None,
         description="Write per-question records here (jsonl, one line per answer).",
     )
-    api_key: RouterApiKey  # sent to every endpoint
+    api_key: RouterApiKey = None  # sent to every endpoint
 
     @field_validator("strategy", mode="before")
     @classmethod
