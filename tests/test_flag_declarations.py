@@ -16,6 +16,18 @@ from residency.cli.spec import SPEC_ATTR, CommandSpec, Leaf, help_text, spec_of
 from residency.flags import Flag, JsonOutput
 
 Declaration = tuple[str, ...]
+# Flag names that still mean different things on different commands, each to be renamed on one
+# side (issue 41). The test fails when a name is missing here or listed but no longer clashes,
+# so the list only shrinks.
+NOT_YET_ONE: dict[str, str] = {
+    "--dtype": "plan: the modelled model's dtype; demo: the CPU server's, auto by CPU flags",
+    "--log": "plan: query logs read (globs, repeatable); serve: the log it appends to",
+    "--min-recall": "serve: the canary's one floor; eval retrieval: repeatable exit budgets",
+    "--output": "plan: the plan.json file (default); index: the index directory (required)",
+    "--plan": "one plan.json (warm: required; serve: ./plan.json) vs eval coverage's several",
+    "--retriever": "four choice sets: plan, eval retrieval, eval coverage, serve",
+    "--strategy": "plan: how sections are chosen; eval answers: how an answer is made",
+}
 
 
 def declaration(leaf: Leaf) -> Declaration:
@@ -67,7 +79,9 @@ def test_every_command_is_walked() -> None:
 
 def test_every_flag_name_has_one_declaration_across_commands() -> None:
     found = clashes(command_specs())
-    assert not found, "one flag name, several declarations:\n" + _report(found)
+    new = {flag: decls for flag, decls in found.items() if flag not in NOT_YET_ONE}
+    assert not new, "one flag name, several declarations:\n" + _report(new)
+    assert set(NOT_YET_ONE) <= set(found), f"one declaration now: {set(NOT_YET_ONE) - set(found)}"
 
 
 class _Shared(BaseModel):

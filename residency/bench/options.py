@@ -53,7 +53,7 @@ class BenchOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     server: VllmServer = None
-    model: str | None = Field(
+    model: Annotated[str | None, Flag("--served-model")] = Field(
         default=None,
         max_length=4096,
         description="Served model (default: the server's only one).",

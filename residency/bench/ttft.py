@@ -168,11 +168,13 @@ def pick_model(client: VllmClient, wanted: str | None) -> tuple[str, int | None]
         found = next((s for s in served if s.id == wanted), None)
         if found is None:
             names = ", ".join(s.id for s in served)
-            raise ConfigError(f"--model {wanted}: --server {client.base_url} serves {names}")
+            raise ConfigError(f"--served-model {wanted}: --server {client.base_url} serves {names}")
         return found.id, found.max_model_len
     if len(served) > 1:
         names = ", ".join(s.id for s in served)
-        raise ConfigError(f"--server {client.base_url} serves {names}: pick one with --model")
+        raise ConfigError(
+            f"--server {client.base_url} serves {names}: pick one with --served-model"
+        )
     return served[0].id, served[0].max_model_len
 
 

@@ -20,7 +20,8 @@ DEFAULT_MAX_MODEL_LEN = 32768
 
 
 def _default_cache() -> CacheSettings:
-    return CacheSettings(max_model_len=DEFAULT_MAX_MODEL_LEN)
+    # Valid by construction, and read by the CLI at import: no validator built for --help.
+    return CacheSettings.model_construct(max_model_len=DEFAULT_MAX_MODEL_LEN)
 
 
 class CapacityRequest(BaseModel):

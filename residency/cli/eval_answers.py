@@ -1,4 +1,4 @@
-"""`residency eval answers`: answers of rag (top-k for each --k), whole-text and residency,
+"""`residency eval answers`: answers of rag (top-k for each --rag-k), whole-text and residency,
 scored by the reference scorer (and an LLM judge when given), side by side (registered on the
 `residency eval` app)."""
 

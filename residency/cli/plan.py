@@ -7,17 +7,13 @@ from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from rich.console import Console
-from rich.markup import escape
 
-from residency.atomic import check_output_file
 from residency.capacity.request import CapacityRequest
-from residency.cli.output import echo_json
 from residency.cli.qdrant_options import checked_qdrant, qdrant_backend
 from residency.cli.spec import command
 from residency.corpus.samples import SampleName
 from residency.flags import Flag, IndexDir, JsonOutput, Section, TokenizerDir
-from residency.planning.plan_model import PlanSettings
+from residency.planning.settings import PlanSettings
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 
 _PLAN = "Residency"
@@ -78,8 +74,12 @@ def plan(args: PlanArgs) -> None:
     """Measure the host's KV-cache capacity, derive the resident budget, and choose the resident
     sections (plan.json)."""
     import orjson
+    from rich.console import Console
+    from rich.markup import escape
 
+    from residency.atomic import check_output_file
     from residency.capacity.report import build_capacity_report
+    from residency.cli.output import echo_json
     from residency.cli.plan_report import render, render_plan
     from residency.cli.progress import build_progress
     from residency.corpus.samples import get_sample

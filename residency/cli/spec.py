@@ -178,7 +178,10 @@ def _walk(
             if inner.panel is None and section is not None:
                 inner = Section(section.panel, inner.panels, inner.flags, inner.skip)
             default = None
-            if not info.is_required():
+            # A factory other than the model itself may set other values (`ServeSettings(plan=
+            # ...)`); the model itself holds its fields' defaults, read without building it
+            # (building a model's validator at import would slow every --help).
+            if not info.is_required() and info.default_factory is not nested:
                 default = info.get_default(call_default_factory=True)
             yield from _walk(nested, here, inner, default, here if optional else optional_parent)
             continue

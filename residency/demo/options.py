@@ -31,7 +31,7 @@ class DemoOptions(BaseModel):
         description="--out: directory for plan.json, query-log.jsonl, bench.json, ttft.png, "
         "demo.json and the servers' logs.",
     )
-    model: Annotated[DemoModel | None, Flag(show_default=False)] = Field(
+    model: Annotated[DemoModel | None, Flag("--demo-model", show_default=False)] = Field(
         default=None,
         description="smollm2: SmolLM2-135M-Instruct, real weights, on the English sample; tiny: "
         "a random-weight model on the Japanese sample (default: smollm2 where its extra is "

@@ -51,8 +51,9 @@ from residency.machine import machine_info
 from residency.models import smollm2
 from residency.models.tiny import DENSE_SPEC, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
-from residency.planning.plan_model import PlanSettings, ResidencyPlan, write_plan
+from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan, sample_index_options
+from residency.planning.settings import PlanSettings
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 from residency.warm import WarmOptions, warm

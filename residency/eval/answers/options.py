@@ -63,12 +63,12 @@ class AnswerEvalOptions(BaseModel):
         default=None,
         description="plan.json the router serves: resident gold counts as visible.",
     )
-    k: Annotated[list[PassageCount] | None, Flag(show_default=str(DEFAULT_K))] = Field(
+    k: Annotated[list[PassageCount] | None, Flag("--rag-k", show_default=str(DEFAULT_K))] = Field(
         default=None,
         min_length=1,
         max_length=64,
         description="Passages retrieved per question (rag); repeat for one rag per value "
-        "(--k 3 --k 5).",
+        "(--rag-k 3 --rag-k 5).",
     )
     max_tokens: int = Field(
         default=DEFAULT_MAX_TOKENS,
