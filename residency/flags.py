@@ -163,3 +163,11 @@ MaxModelLen = Annotated[
         "`eval coverage` models a host only with --kv-cache-tokens and this).",
     ),
 ]
+Output = Annotated[
+    Path | None,
+    Flag("--output", "-o", show_default=False),
+    Field(
+        description="Where the result goes, written atomically: `plan`'s plan.json (default: "
+        "./plan.json); `index`'s index directory (required), replaced when done.",
+    ),
+]

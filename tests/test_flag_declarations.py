@@ -23,7 +23,6 @@ NOT_YET_ONE: dict[str, str] = {
     "--dtype": "plan: the modelled model's dtype; demo: the CPU server's, auto by CPU flags",
     "--log": "plan: query logs read (globs, repeatable); serve: the log it appends to",
     "--min-recall": "serve: the canary's one floor; eval retrieval: repeatable exit budgets",
-    "--output": "plan: the plan.json file (default); index: the index directory (required)",
     "--plan": "one plan.json (warm: required; serve: ./plan.json) vs eval coverage's several",
     "--retriever": "four choice sets: plan, eval retrieval, eval coverage, serve",
     "--strategy": "plan: how sections are chosen; eval answers: how an answer is made",

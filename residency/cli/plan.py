@@ -12,7 +12,7 @@ from residency.capacity.request import CapacityRequest
 from residency.cli.qdrant_options import checked_qdrant, qdrant_backend
 from residency.cli.spec import command
 from residency.corpus.samples import SampleName
-from residency.flags import Flag, IndexDir, JsonOutput, Section, TokenizerDir
+from residency.flags import Flag, IndexDir, JsonOutput, Output, Section, TokenizerDir
 from residency.planning.settings import PlanSettings
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 
@@ -40,9 +40,7 @@ class PlanArgs(BaseModel):
         "'logs/router-*.jsonl') merge several routers' logs by timestamp; none: density-only "
         "planning. Default with the sample corpus: its queries.jsonl.",
     )
-    output: Annotated[Path, Flag("--output", "-o", panel=_PLAN)] = Field(
-        default=Path("plan.json"), description="Where plan.json goes (written atomically)."
-    )
+    output: Annotated[Output, Flag(panel=_PLAN)] = None
     pin: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
         default=(), description="Section id that is always resident (repeatable)."
     )
@@ -86,9 +84,9 @@ def plan(args: PlanArgs) -> None:
     from residency.planning.plan_model import write_plan
     from residency.planning.run import PlanJob, run_plan
 
+    request, json, output = args.request, args.json_output, args.output or Path("plan.json")
     if not args.capacity_only:
-        check_output_file(args.output)  # before minutes of planning, not after
-    request, json = args.request, args.json_output
+        check_output_file(output)  # before minutes of planning, not after
     if args.capacity_only:
         report = build_capacity_report(request)
         if json:
@@ -111,16 +109,16 @@ def plan(args: PlanArgs) -> None:
     with build_progress() as progress:
         report, plan = run_plan(job, progress)
     err = Console(stderr=True)
-    write_plan(plan, args.output)
+    write_plan(plan, output)
     for warning in job.warnings:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
     if json:
         body = report.model_dump(mode="json")
-        body["plan_path"] = str(args.output)
+        body["plan_path"] = str(output)
         texts: dict[str, Any] = {"prefix": {"text"}, "prefixes": {"__all__": {"prefix": {"text"}}}}
         body["plan"] = plan.model_dump(mode="json", exclude=texts)
         typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2))
         return
     console = Console()
     render(report, console)
-    render_plan(plan, args.output, console)
+    render_plan(plan, output, console)
