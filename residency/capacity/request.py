@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner import CacheSettings, Reserves
-from planner.kv_layout import Platform
-from residency.capacity.profiles import DEFAULT_MODEL, DEFAULT_PROFILE
+from planner.budget import Reserves
+from planner.kv_layout import CacheSettings, Platform
+from residency.capacity.defaults import DEFAULT_MODEL, DEFAULT_PROFILE
 from residency.flags import Flag, MaxModelLen, Section, VllmServer
 
 HOST = "Host (pick one: --profile, --gpu auto, --kv-cache-memory-bytes, --server)"
