@@ -1,12 +1,12 @@
 """The listwise pruner on JSQuAD v1.3 valid: context removed, gold evidence kept, added latency.
 
-`residency eval prune --squad valid-v1.3.json --pruner-url URL --limit 100` with its defaults
-(top-5 chunks from the BM25-only index under ``.cache/coverage``, threshold 3, keep-top-k 2),
-against the tiny random-weight Qwen2 behind a vLLM CPU server started with the pruner's
+`residency eval prune --squad valid-v1.3.json --pruner-url URL --max-questions 100` with its
+defaults (top-5 chunks from the BM25-only index under ``.cache/coverage``, threshold 3, keep-top-k
+2), against the tiny random-weight Qwen2 behind a vLLM CPU server started with the pruner's
 structured-output flag. The grades carry no meaning (random weights): the figures measure the
-plumbing (every reply schema-valid, the latency one call adds on 2 cores) and the keep-top-k
-floor, which the "floor only" row isolates. Figures go to ``extra_info`` and, with the whole
-report, to ``.benchmarks/prune-jsquad.json``.
+plumbing (every reply schema-valid, the latency one call adds on 2 cores) and the keep-top-k floor,
+which the "floor only" row isolates. Figures go to ``extra_info`` and, with the whole report, to
+``.benchmarks/prune-jsquad.json``.
 
     .venv/bin/python -m pytest benchmarks/test_bench_pruner.py --benchmark-only
 """

@@ -11,7 +11,7 @@ only cache whole attention blocks (align mode), so their budget is rounded down 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,12 @@ from planner.units import round_up
 # The share of the KV cache resident prefixes may take by default (--max-resident-share):
 # 1.0 keeps the planner's rule (everything the concurrency reserve leaves); see docs/plan.md.
 MAX_RESIDENT_SHARE = 1.0
+
+
+ConcurrentRequests = Annotated[
+    int, Field(ge=1, description="--concurrency: requests that run at the same time.")
+]
+"""`--concurrency`, declared once: `plan`'s reserve and the host `eval coverage` models."""
 
 
 class Reserves(BaseModel):
@@ -42,9 +48,7 @@ class Reserves(BaseModel):
     template_tokens: int = Field(
         default=64, ge=0, description="--reserve-template: chat-template overhead tokens."
     )
-    concurrent_requests: int = Field(
-        default=1, ge=1, description="--concurrency: requests that run at the same time."
-    )
+    concurrent_requests: ConcurrentRequests = 1
     max_resident_share: float = Field(
         default=MAX_RESIDENT_SHARE,
         gt=0,

@@ -26,7 +26,7 @@ start_router "$ROUTER_PORT" "$OUT/router-answers.log" --plan "$OUT/plan-en.json"
     --today 2026-01-15 --log "$OUT/router-log-en.jsonl"
 "${R[@]}" eval answers --sample harbor-lights-en --generator "$VLLM" --judge "$VLLM" \
     --router "$ROUTER" --plan "$OUT/plan-en.json" --strategy residency --strategy echo \
-    --strategy rag --strategy whole --k 3 --k 5 --max-tokens 64 ${LIMIT:+--limit "$LIMIT"} \
+    --strategy rag --strategy whole --rag-k 3 --rag-k 5 --max-tokens 64 ${LIMIT:+--limit "$LIMIT"} \
     --records "$OUT/answers-en.jsonl" --json > "$OUT/answers-en.json"
 stop_router  # the first router is gone before the second starts
 "${R[@]}" plan --sample harbor-lights-en --server "$VLLM" --platform cpu --prefixes 1 \
@@ -37,6 +37,6 @@ start_router "$ROUTER_PORT" "$OUT/router-answers-single.log" --plan "$OUT/plan-e
     --plan "$OUT/plan-en-single.json" --strategy residency --max-tokens 64 \
     ${LIMIT:+--limit "$LIMIT"} --records "$OUT/answers-en-single.jsonl" --json \
     > "$OUT/answers-en-single.json"
-"${R[@]}" eval prune --sample harbor-lights-en --pruner-url "$VLLM" --k 5 --limit "${LIMIT:-65}" \
+"${R[@]}" eval prune --sample harbor-lights-en --pruner-url "$VLLM" --chunks 5 --max-questions "${LIMIT:-65}" \
     --timeout 60 --json > "$OUT/prune-en.json"
 echo "answers: $OUT/answers-en.json (single prefix: answers-en-single.json); pruner: $OUT/prune-en.json"

@@ -174,7 +174,7 @@ def test_the_big_command_flattens_its_settings_models() -> None:
     plan = dict(COMMANDS)[("plan",)]
     spec: CommandSpec = getattr(plan.callback, SPEC_ATTR)  # type: ignore[attr-defined]
     paths = {leaf.path for leaf in spec.leaves}
-    assert ("request", "cache", "max_model_len") in paths
+    assert ("request", "max_model_len") in paths
     assert ("request", "reserves", "question_tokens") in paths
     assert ("settings", "prefixes") in paths
     assert len(spec.leaves) >= 40

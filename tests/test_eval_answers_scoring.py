@@ -332,7 +332,7 @@ def test_strategies_any_case_once_each_and_the_defaults() -> None:
 @pytest.mark.parametrize(
     ("args", "start"),
     [
-        pytest.param(("--k", "3", "--k", "0"), "--k[1]: ", id="k-zero"),
+        pytest.param(("--rag-k", "3", "--rag-k", "0"), "--rag-k[1]: ", id="k-zero"),
         pytest.param(("--max-tokens", "0"), "--max-tokens: ", id="max-tokens-zero"),
         pytest.param(("--judge-max-tokens", "-1"), "--judge-max-tokens: ", id="judge-negative"),
         pytest.param(("--limit", "0"), "--limit: ", id="limit-zero"),

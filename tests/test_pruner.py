@@ -127,8 +127,13 @@ def test_settings_reject(bad: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--threshold", "6"), ("--keep-top-k", "-1"), ("--k", "0"), ("--limit", "0")],
-    ids=["threshold", "keep-top-k", "k", "limit"],
+    [
+        ("--prune-threshold", "6"),
+        ("--prune-keep-top-k", "-1"),
+        ("--chunks", "0"),
+        ("--max-questions", "0"),
+    ],
+    ids=["threshold", "keep-top-k", "chunks", "max-questions"],
 )
 def test_eval_prune_refuses_a_flag_out_of_its_fields_bounds(flag: str, value: str) -> None:
     # Bound to PrunerSettings / PruneEvalSettings: refused in one line naming the flag and the

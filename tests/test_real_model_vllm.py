@@ -211,7 +211,7 @@ def test_eval_answers_side_by_side_on_the_real_model(
             "--generator", vllm_real_server.base_url, "--router", english_router.base_url,
             "--plan", str(english_plan),
             "--strategy", "rag", "--strategy", "whole", "--strategy", "residency",
-            "--k", "3", "--k", "5", "--max-tokens", "32",
+            "--rag-k", "3", "--rag-k", "5", "--max-tokens", "32",
             "--records", str(records_path), "--json",
         ],
         capture_output=True, text=True, timeout=1800, cwd=REPO_ROOT,

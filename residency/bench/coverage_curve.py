@@ -28,7 +28,8 @@ from residency.eval.defaults import DEFAULT_PREFETCH
 from residency.eval.questions import load_questions
 from residency.index import BuildProgress, Index, open_index
 from residency.planning.build import PlanOptions, build_plan, log_mass
-from residency.planning.plan_model import ResidencyPlan, Strategy
+from residency.planning.plan_model import ResidencyPlan
+from residency.planning.settings import Strategy
 from residency.query_log import LogEntry, merge_by_time, read_query_log
 from residency.tokenizer import ApproxTokenizer, MemoTokenizer, ModelTokenizer, reopen_tokenizer
 

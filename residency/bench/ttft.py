@@ -126,7 +126,7 @@ def measure_prompt(
     expected = (n - 1) // block_size * block_size
     cold: list[SendResult] = []
     prompt: list[int] = list(ids)
-    for _ in range(options.cold_repeats):
+    for _ in range(options.cold_sends):
         prompt = salted(salt_ids(client, model), ids)
         cold.append(client.prefill(model, prompt))
         if progress is not None:
@@ -138,7 +138,7 @@ def measure_prompt(
         if client.prefill(model, warm_prompt).hit_tokens() >= expected:
             break
     warm: list[SendResult] = []
-    for _ in range(options.repeats):
+    for _ in range(options.warm_sends):
         warm.append(client.prefill(model, warm_prompt))
         if progress is not None:
             progress.advance(1)
@@ -168,11 +168,13 @@ def pick_model(client: VllmClient, wanted: str | None) -> tuple[str, int | None]
         found = next((s for s in served if s.id == wanted), None)
         if found is None:
             names = ", ".join(s.id for s in served)
-            raise ConfigError(f"--model {wanted}: --server {client.base_url} serves {names}")
+            raise ConfigError(f"--served-model {wanted}: --server {client.base_url} serves {names}")
         return found.id, found.max_model_len
     if len(served) > 1:
         names = ", ".join(s.id for s in served)
-        raise ConfigError(f"--server {client.base_url} serves {names}: pick one with --model")
+        raise ConfigError(
+            f"--server {client.base_url} serves {names}: pick one with --served-model"
+        )
     return served[0].id, served[0].max_model_len
 
 
@@ -183,7 +185,7 @@ def run_bench(
 ) -> BenchReport:
     """Measure cold and warm TTFT at every length (and at the plan's prefix) on one server."""
     with VllmClient(
-        options.server, timeout_s=options.request_timeout_s, api_key=options.api_key
+        options.url, timeout_s=options.request_timeout_s, api_key=options.api_key
     ) as client:
         return _run(client, options, plan, progress)
 
@@ -205,7 +207,7 @@ def _run(
     block_size = label_int(labels, "block_size") or 16
     if max_model_len is None:
         raise UpstreamError(f"--server {client.base_url}: /v1/models gives no max_model_len")
-    check_lengths(options.lengths, max_model_len, block_size)
+    check_lengths(options.prompt_lengths, max_model_len, block_size)
     blocks = label_int(labels, "num_gpu_blocks")
     kv_tokens = label_int(labels, "kv_cache_size_tokens") or (
         blocks * block_size if blocks else None
@@ -223,7 +225,7 @@ def _run(
             )
     else:
         text, source = corpus_text(options.text_dir), str(options.text_dir)
-    longest = max([*options.lengths, len(plan_ids or [])])
+    longest = max([*options.prompt_lengths, len(plan_ids or [])])
     if kv_tokens is not None and 2 * longest > kv_tokens:
         warnings.append(
             f"the KV cache holds {kv_tokens:,} tokens, less than twice the longest prompt "
@@ -236,13 +238,13 @@ def _run(
             "the server gives no per-request cached_tokens (vLLM --enable-prompt-tokens-details "
             "off): cached tokens are server-wide prefix-cache metric deltas"
         )
-    rows = len(options.lengths) + (plan_ids is not None)
+    rows = len(options.prompt_lengths) + (plan_ids is not None)
     if progress is not None:
-        progress.start("cold and warm sends", rows * (options.cold_repeats + options.repeats))
-    base = text_token_ids(client, model, text, max(options.lengths))
+        progress.start("cold and warm sends", rows * (options.cold_sends + options.warm_sends))
+    base = text_token_ids(client, model, text, max(options.prompt_lengths))
     results = [
         measure_prompt(client, model, str(n), base[:n], block_size, options, progress)
-        for n in options.lengths
+        for n in options.prompt_lengths
     ]
     if plan_ids is not None:
         results.append(
@@ -269,8 +271,8 @@ def _run(
         kv_cache_tokens=kv_tokens,
         text_source=source,
         cached_source=cached_source,
-        repeats=options.repeats,
-        cold_repeats=options.cold_repeats,
+        repeats=options.warm_sends,
+        cold_repeats=options.cold_sends,
         machine=machine_info(),
         results=tuple(results),
         warnings=tuple(warnings),

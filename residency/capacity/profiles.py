@@ -13,12 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.errors import ModelConfigError
 from planner.model_spec import ModelSpec, model_spec_from_hf_config
+from residency.capacity.defaults import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported
+from residency.capacity.defaults import DEFAULT_PROFILE as DEFAULT_PROFILE  # re-exported
 from residency.errors import ProfileError
 from residency.paths import data_root
-
-# What `residency plan` sizes when no --gpu / --model is given.
-DEFAULT_PROFILE = "rtx4070-12gb"
-DEFAULT_MODEL = "qwen3.5-4b-fp8"
 
 PROFILES_ENV = "RESIDENCY_PROFILES_DIR"
 

@@ -275,7 +275,7 @@ def _default_window(req: CapacityRequest, model: ResolvedModel) -> CapacityReque
     and residency's default (32,768) is above it: vLLM derives the window from the model when
     the flag is absent, so a default the model cannot run is never refused as if typed."""
     limit = model.spec.max_model_len_limit
-    if "cache.max_model_len" in req.stated or limit is None:
+    if req.max_model_len is not None or limit is None:
         return req
     if req.cache.max_model_len <= limit:
         return req

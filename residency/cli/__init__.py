@@ -12,18 +12,19 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 from typer import _click as click  # typer ships its own click
 from typer.core import TyperGroup
 from typer.models import CommandInfo
 
 from residency.cli.help import ResidencyCommand, ResidencyGroup, use_readable_help
 from residency.errors import USER_ERRORS
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 _COMMANDS = (
     "plan", "profiles", "index", "eval", "corpus", "model", "warm", "serve", "status", "bench",
@@ -107,7 +108,11 @@ def walk_commands() -> Iterator[tuple[tuple[str, ...], click.Command]]:
     yield from walk(root, ())
 
 
-_err = Console(stderr=True, soft_wrap=True)
+def _err() -> Console:
+    """stderr through rich, imported when an error is printed (not on every `--help`)."""
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
 
 
 # Set by the console entry points (not by tests that call `main` in their own process): after
@@ -144,7 +149,7 @@ def main() -> None:
 
 
 def _aborted() -> NoReturn:
-    _err.print("aborted")
+    _err().print("aborted")
     if _OWN_PROCESS:
         # A KeyboardInterrupt that passed out of code run by exec() or eval() (an import,
         # a generated class) sets CPython's "unhandled KeyboardInterrupt" flag even though it
@@ -159,5 +164,7 @@ def _aborted() -> NoReturn:
 
 
 def _fail(message: str) -> NoReturn:
-    _err.print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False)
+    from rich.markup import escape
+
+    _err().print(f"[bold red]error:[/] {escape(message)}", markup=True, highlight=False)
     sys.exit(1)

@@ -13,7 +13,7 @@ from rich.markup import escape
 from residency.atomic import check_output_file
 from residency.bench.options import BenchOptions
 from residency.cli.spec import command
-from residency.flags import Flag, Section
+from residency.flags import JsonOutput, Questions, Section
 
 if TYPE_CHECKING:
     from residency.bench.report import BenchReport
@@ -32,15 +32,11 @@ class BenchArgs(BaseModel):
         default=None,
         description="plan.json: its prefix is the prompt text, and one row is its prefix.",
     )
-    questions: Path | None = Field(
-        default=None, description="qa.jsonl with relevant_ids: with --plan, coverage vs budget."
-    )
+    questions: Questions = None  # with --plan: coverage vs budget
     plot: Path | None = Field(
         default=None, description="Write a PNG: TTFT vs length (+ coverage vs budget)."
     )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print only one JSON object."
-    )
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _questions_need_a_plan(self) -> BenchArgs:

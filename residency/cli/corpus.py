@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from residency.cli.spec import command
-from residency.flags import Flag
+from residency.flags import Flag, JsonOutput
 
 app = typer.Typer(name="corpus", help="Corpus tools.", no_args_is_help=True)
 
@@ -30,9 +30,7 @@ class ImportSquadArgs(BaseModel):
         "provenance go beside it (OUTDIR.qa.jsonl, OUTDIR.import.json)."
     )
     force: bool = Field(default=False, description="Replace OUTDIR even when it is not empty.")
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput = False
 
 
 class SamplesArgs(BaseModel):
@@ -40,9 +38,7 @@ class SamplesArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput = False
 
 
 @app.command("import-squad")

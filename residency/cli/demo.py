@@ -11,7 +11,7 @@ from rich.markup import escape
 
 from residency.cli.spec import command
 from residency.demo.options import DemoOptions
-from residency.flags import Flag, Section
+from residency.flags import JsonOutput, Section
 
 if TYPE_CHECKING:
     from residency.demo.report import DemoReport
@@ -26,9 +26,7 @@ class DemoArgs(BaseModel):
         DemoOptions,
         Section(skip=frozenset({"cache_dir", "kv_cache_space_gib", "today", "startup_timeout_s"})),
     ] = Field(default_factory=DemoOptions, description="What the demo runs.")
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print only demo.json's object (steps on stderr)."
-    )
+    json_output: JsonOutput = False
 
 
 @command(DemoArgs)

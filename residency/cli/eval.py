@@ -17,7 +17,7 @@ from residency.cli.spec import command
 from residency.errors import ConfigError
 from residency.eval.defaults import HISTORY_FILE, METRICS
 from residency.eval.retrieval_options import RetrievalEvalOptions
-from residency.flags import Flag
+from residency.flags import IndexDir, JsonOutput, Questions
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 
 if TYPE_CHECKING:
@@ -53,10 +53,8 @@ class RetrievalArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    index: Path = Field(description="Index directory (residency index).")
-    questions: Path = Field(
-        description="jsonl: query, relevant_ids (section ids), optional type and id."
-    )
+    index: IndexDir = None
+    questions: Questions = None
     options: RetrievalEvalOptions = Field(
         default_factory=RetrievalEvalOptions, description="Retrievers, fusion and history."
     )
@@ -68,12 +66,14 @@ class RetrievalArgs(BaseModel):
     qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (--retriever qdrant)."
     )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _qdrant_with_its_retriever(self) -> RetrievalArgs:
+        if self.index is None or self.questions is None:
+            raise ValueError(
+                "eval retrieval scores an index against questions: give --index and --questions"
+            )
         checked_qdrant(self.options.retriever, self.qdrant)
         return self
 
@@ -88,6 +88,8 @@ def retrieval(args: RetrievalArgs) -> None:
     from residency.index import open_index
 
     options, index, questions, json = args.options, args.index, args.questions, args.json_output
+    assert index is not None  # RetrievalArgs refuses a run without --index or --questions
+    assert questions is not None
     budgets = [parse_budget(b) for b in args.min_recall]
     backend = qdrant_backend(options.retriever, args.qdrant)
     opened = open_index(index, weights=_fusion_weights(options.weights), backend=backend)

@@ -1,11 +1,11 @@
-"""`residency eval answers`: answers of rag (top-k for each --k), whole-text and residency,
+"""`residency eval answers`: answers of rag (top-k for each --rag-k), whole-text and residency,
 scored by the reference scorer (and an LLM judge when given), side by side (registered on the
 `residency eval` app)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
@@ -13,9 +13,9 @@ from rich.markup import escape
 
 from residency.cli.output import compact_table, echo_json
 from residency.cli.spec import command
-from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLE_HELP
+from residency.corpus.samples import DEFAULT_SAMPLE, SampleName
 from residency.eval.answers.options import AnswerEvalOptions
-from residency.flags import Flag
+from residency.flags import IndexDir, JsonOutput, Questions
 
 if TYPE_CHECKING:
     from residency.eval.answers.records import (
@@ -32,22 +32,13 @@ class AnswersArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    questions: Annotated[Path | None, Flag(show_default="the --sample corpus's qa.jsonl")] = Field(
-        default=None,
-        description="jsonl: id, query, relevant_ids (gold section ids), type, answer (reference).",
-    )
-    sample: str = Field(default=DEFAULT_SAMPLE, description=SAMPLE_HELP)
-    index: Path | None = Field(
-        default=None,
-        description="Index for rag retrieval and whole text (default: the --sample corpus's, "
-        "built under the cache directory on first use).",
-    )
+    questions: Questions = None
+    sample: SampleName = None
+    index: IndexDir = None  # rag's retrieval and whole's text
     options: AnswerEvalOptions = Field(
         default_factory=AnswerEvalOptions, description="Strategies, endpoints and sizes."
     )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput = False
 
 
 @command(AnswersArgs)
@@ -62,7 +53,7 @@ def answers(args: AnswersArgs) -> None:
     from residency.planning.run import sample_index
 
     options, index, json = args.options, args.index, args.json_output
-    corpus = get_sample(args.sample)
+    corpus = get_sample(args.sample or DEFAULT_SAMPLE)
     questions = args.questions if args.questions is not None else corpus.questions
     qs = load_answer_questions(questions)[: options.limit]
     bar = progress_bar(json)

@@ -4,7 +4,7 @@ every strategy on a SQuAD-style file (registered on the `residency eval` app).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
@@ -14,8 +14,8 @@ from residency.cli.output import compact_table, echo_json, pct
 from residency.cli.spec import command
 from residency.errors import ConfigError
 from residency.eval.coverage_options import CoverageOptions, TrafficOptions
-from residency.eval.defaults import COVERAGE_CACHE
-from residency.flags import Flag
+from residency.eval.defaults import COVERAGE_CACHE, CoverageCacheDir
+from residency.flags import JsonOutput, Questions, SquadFile, TokenizerDir
 
 if TYPE_CHECKING:
     from residency.eval.coverage_report import CoverageMetrics, CoverageReport, SeedStat
@@ -33,14 +33,8 @@ class CoverageArgs(BaseModel):
         "side by side (e.g. the default several prefixes and --prefixes 1), beside rag-top-k at "
         "the same k.",
     )
-    questions: Path | None = Field(
-        default=None,
-        description="jsonl: query, relevant_ids (gold section ids), optional type and id.",
-    )
-    squad: Path | None = Field(
-        default=None,
-        description="Simulate traffic over this SQuAD-style file and compare every strategy.",
-    )
+    questions: Questions = None
+    squad: SquadFile = None  # simulate its traffic and compare every strategy
     options: CoverageOptions = Field(
         default_factory=CoverageOptions, description="The host, the budget and the routing."
     )
@@ -58,16 +52,9 @@ class CoverageArgs(BaseModel):
         "as `residency serve` defaults to; embedding the corpus takes minutes on 2 cores). "
         "--plan uses the plan's index as the router does.",
     )
-    cache_dir: Annotated[Path, Flag(show_default="CACHE/coverage")] = Field(
-        default=COVERAGE_CACHE,
-        description="--squad: where the imported corpus and its index are kept.",
-    )
-    tokenizer_dir: Path | None = Field(
-        default=None, description="--plan: tokenizer for added tokens (default: the plan's)."
-    )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    cache_dir: CoverageCacheDir = COVERAGE_CACHE
+    tokenizer_dir: TokenizerDir = None
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _one_source(self) -> CoverageArgs:

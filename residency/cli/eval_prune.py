@@ -4,7 +4,6 @@ question set with gold section ids, and the gold evidence it keeps (registered o
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -13,11 +12,11 @@ from rich.markup import escape
 
 from residency.cli.output import echo_json, pct
 from residency.cli.spec import command
-from residency.context.pruner_settings import PrunerSettings
-from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLE_HELP
-from residency.eval.defaults import COVERAGE_CACHE
+from residency.context.pruner_settings import PRUNER_FLAGS, PRUNER_SKIP, PrunerSettings
+from residency.corpus.samples import DEFAULT_SAMPLE, SampleName
+from residency.eval.defaults import COVERAGE_CACHE, CoverageCacheDir
 from residency.eval.prune_report import PruneEvalReport, PruneSample
-from residency.flags import Flag, Section
+from residency.flags import IndexDir, JsonOutput, Questions, Section, SquadFile
 
 
 class PruneArgs(BaseModel):
@@ -25,46 +24,25 @@ class PruneArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    pruner: Annotated[
-        PrunerSettings,
-        Section(
-            flags={
-                "url": Flag("--pruner-url"),
-                "model": Flag("--pruner-model"),
-                "timeout_s": Flag("--timeout"),
-            },
-            skip=frozenset({"max_tokens", "api_key", "language"}),
-        ),
-    ] = Field(description="The grading model and how grades become a kept set.")
-    squad: Path | None = Field(
-        default=None,
-        description="SQuAD-style JSON, e.g. ../shared/data/jsquad/valid-v1.3.json (imported and "
-        "indexed under --cache-dir); without it: --questions over --index.",
+    pruner: Annotated[PrunerSettings | None, Section(flags=PRUNER_FLAGS, skip=PRUNER_SKIP)] = Field(
+        default=None, description="The grading model and how grades become a kept set."
     )
-    questions: Annotated[Path | None, Flag(show_default="the --sample corpus's qa.jsonl")] = Field(
-        default=None,
-        description="jsonl with gold section ids (id, query, relevant_ids) when no --squad "
-        "is given.",
-    )
-    index: Path | None = Field(
-        default=None,
-        description="Index the --questions' chunks come from (default: the --sample corpus's).",
-    )
-    sample: str = Field(default=DEFAULT_SAMPLE, description=SAMPLE_HELP)
+    squad: SquadFile = None  # without it: --questions over --index
+    questions: Questions = None
+    index: IndexDir = None  # where the --questions' chunks come from
+    sample: SampleName = None
     sampling: PruneSample = Field(
         default_factory=PruneSample, description="Questions and chunks graded."
     )
-    cache_dir: Annotated[Path, Flag(show_default="CACHE/coverage")] = Field(
-        default=COVERAGE_CACHE,
-        description="Where the imported corpus and its BM25 index are kept (shared with "
-        "`eval coverage`).",
-    )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    cache_dir: CoverageCacheDir = COVERAGE_CACHE
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _one_source(self) -> PruneArgs:
+        if self.pruner is None:
+            raise ValueError(
+                "eval prune grades with a model: give --pruner-url (and --pruner-model)"
+            )
         if self.squad is not None and (self.questions is not None or self.index is not None):
             raise ValueError("--squad brings its own questions and index: drop --questions/--index")
         return self
@@ -78,6 +56,7 @@ def prune(args: PruneArgs) -> None:
     from residency.eval.prune import PruneEvalJob, run_prune_eval
 
     json = args.json_output
+    assert args.pruner is not None  # PruneArgs refuses a run without one
     bar = progress_bar(json)
     job = PruneEvalJob(
         squad_file=args.squad,
@@ -86,7 +65,7 @@ def prune(args: PruneArgs) -> None:
         limit=args.sampling.limit,
         questions_file=args.questions,
         index_dir=args.index,
-        sample=get_sample(args.sample),
+        sample=get_sample(args.sample or DEFAULT_SAMPLE),
         cache_dir=args.cache_dir,
     )
     with bar:

@@ -15,11 +15,15 @@ help module (rich.markdown, markdown-it: ~40 ms of every `--help`, issue #23).
 from __future__ import annotations
 
 import inspect
+import os
+import shutil
+import sys
 import textwrap
+from dataclasses import dataclass
+from typing import TextIO
 
-from rich.console import Console
 from typer import _click as click  # typer ships its own click; its commands are built on it
-from typer.core import TyperArgument, TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 from typer.main import Typer
 from typer.models import DefaultPlaceholder
 
@@ -101,12 +105,35 @@ def _first_paragraph(text: str | None) -> str:
     return " ".join(inspect.cleandoc(text).split("\f")[0].split("\n\n")[0].split())
 
 
-def render_command_help(command: click.Command, ctx: click.Context, console: Console) -> None:
-    """Print `command`'s help on `console` (usage, description, option panels; a group's
-    commands last). Drawn as plain lines (ANSI colour where the console has it): rich's panel
-    and table layout cost more than the rest of a `--help`."""
-    width = console.width
-    style = _Style(console.color_system is not None and not console.no_color)
+@dataclass(frozen=True)
+class Terminal:
+    """Where help goes: the stream, its width and whether it shows colour (rich's own rules:
+    COLUMNS, else the terminal's width, else 80; colour on a terminal unless NO_COLOR or
+    TERM=dumb, or with FORCE_COLOR). Plain, so no `--help` imports rich."""
+
+    file: TextIO
+    width: int
+    colour: bool
+
+    @classmethod
+    def stdout(cls) -> Terminal:
+        """This process's stdout as it is now (a test runner's capture included)."""
+        file = sys.stdout
+        env = os.environ
+        tty = hasattr(file, "isatty") and file.isatty()
+        width = shutil.get_terminal_size((80, 24)).columns if tty else 80
+        if env.get("COLUMNS", "").isdigit():
+            width = int(env["COLUMNS"])
+        colour = tty and "NO_COLOR" not in env and env.get("TERM") != "dumb"
+        return cls(file, width, colour or (bool(env.get("FORCE_COLOR")) and "NO_COLOR" not in env))
+
+
+def render_command_help(command: click.Command, ctx: click.Context, out: Terminal) -> None:
+    """Print `command`'s help on `out` (usage, description, option panels; a group's commands
+    last). Drawn as plain lines (ANSI colour where the terminal has it): rich's panel and table
+    layout cost more than the rest of a `--help`."""
+    width = out.width
+    style = _Style(out.colour)
     pieces = " ".join(command.collect_usage_pieces(ctx))
     usage = _wrap(f" Usage: {ctx.command_path} {pieces}", width)
     lines = [usage[0].replace(" Usage: ", " Usage: " + "\x1b[1m", 1) + "\x1b[0m"
@@ -137,22 +164,37 @@ def render_command_help(command: click.Command, ctx: click.Context, console: Con
             ]
         if rows:
             lines.extend(_panel(COMMANDS_PANEL, rows, width, style))
-    console.file.write("\n".join(lines) + "\n")
-    console.file.flush()
+    out.file.write("\n".join(lines) + "\n")
+    out.file.flush()
+
+
+def _plain_help_option(option: TyperOption | None) -> TyperOption | None:
+    """--help off by default as a bool, not None: typer then takes the value as it is, instead
+    of building a pydantic validator for it (and loading pydantic's plugins) on every run,
+    `--help` included."""
+    if option is not None:
+        option.default = False
+    return option
 
 
 class ResidencyCommand(TyperCommand):
     """A typer command whose --help is rendered by `render_command_help`."""
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        render_command_help(self, ctx, Console(highlight=False))
+        render_command_help(self, ctx, Terminal.stdout())
+
+    def get_help_option(self, ctx: click.Context) -> TyperOption | None:
+        return _plain_help_option(super().get_help_option(ctx))
 
 
 class ResidencyGroup(TyperGroup):
     """A typer group whose --help is rendered by `render_command_help`."""
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        render_command_help(self, ctx, Console(highlight=False))
+        render_command_help(self, ctx, Terminal.stdout())
+
+    def get_help_option(self, ctx: click.Context) -> TyperOption | None:
+        return _plain_help_option(super().get_help_option(ctx))
 
 
 def use_readable_help(app: Typer) -> None:

@@ -17,7 +17,7 @@ from rich.markup import escape
 from residency.atomic import check_output_dir
 from residency.cli.spec import command
 from residency.errors import ConfigError
-from residency.flags import Flag, Section
+from residency.flags import Flag, JsonOutput, Output, Section, TokenizerDir, VllmServer
 from residency.index.options import IndexOptions, UploadOptions
 from residency.retrieval.qdrant_schema import QdrantCollectionRef, QdrantOptions
 
@@ -53,19 +53,11 @@ class IndexArgs(BaseModel):
         description="Corpus root: .md, .pdf, .html, .docx (sections by heading), .txt "
         "(paragraphs), .jsonl (records)."
     )
-    output: Annotated[Path, Flag("--output", "-o")] = Field(
-        description="Index directory: created, or replaced atomically when done."
-    )
-    tokenizer_dir: Annotated[Path | None, Flag(panel=_COUNT)] = Field(
-        default=None, description="Local model dir with tokenizer.json."
-    )
-    server: Annotated[str | None, Flag(panel=_COUNT)] = Field(
-        default=None, description="URL of a running vLLM: count with its /tokenize."
-    )
+    output: Output = None
+    tokenizer_dir: Annotated[TokenizerDir, Flag(panel=_COUNT)] = None
+    server: Annotated[VllmServer, Flag(panel=_COUNT)] = None
     options: IndexOptions = Field(default_factory=IndexOptions, description="What to build.")
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print the manifest as JSON."
-    )
+    json_output: JsonOutput = False
     to: Annotated[
         tuple[Literal["qdrant"], str] | None, Flag(metavar="qdrant URL|PATH", panel=_UPLOAD)
     ] = Field(
@@ -86,6 +78,8 @@ class IndexArgs(BaseModel):
 
     @model_validator(mode="after")
     def _watch_is_local(self) -> IndexArgs:
+        if self.output is None:
+            raise ValueError("index writes an index directory: give --output (-o) DIR")
         if self.options.watch and self.to is not None:
             raise ValueError(
                 "--watch re-indexes locally; upload with --to qdrant in a separate run"
@@ -104,6 +98,7 @@ def index(args: IndexArgs) -> None:
     from residency.tokenizer import ServerTokenizer, open_tokenizer
 
     uploading, options, output, json = args.upload, args.options, args.output, args.json_output
+    assert output is not None  # IndexArgs refuses a run without one
     corpus_dir = args.corpus_dir
     check_output_dir(output)
     ref = args.collection

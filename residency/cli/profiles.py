@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import orjson
 import typer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
 
@@ -18,7 +16,7 @@ from residency.capacity.profiles import (
     resolve_model,
 )
 from residency.cli.spec import command
-from residency.flags import Flag
+from residency.flags import JsonOutput
 
 
 class ProfilesArgs(BaseModel):
@@ -26,9 +24,7 @@ class ProfilesArgs(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="Print one JSON object."
-    )
+    json_output: JsonOutput = False
 
 
 @command(ProfilesArgs)

@@ -23,7 +23,7 @@ once: a value out of bounds is one `ConfigError` line naming the flag, the value
 
 from __future__ import annotations
 
-import contextvars
+import dataclasses
 import datetime as dt
 import inspect
 import re
@@ -97,6 +97,17 @@ def _meta(info: FieldInfo, kind: type[Any]) -> Any:
     return next((m for m in info.metadata if isinstance(m, kind)), None)
 
 
+def _flag(info: FieldInfo) -> Flag | None:
+    """The field's `Flag`; a shared declaration's (`JsonOutput`) with the panel the field adds
+    (`Annotated[JsonOutput, Flag(panel=...)]`)."""
+    flags = [m for m in info.metadata if isinstance(m, Flag)]
+    if len(flags) < 2:
+        return flags[0] if flags else None
+    first, panel = flags[0], next((f.panel for f in flags if f.panel), None)
+    facts = {f.name: getattr(first, f.name) for f in dataclasses.fields(first)}
+    return Flag(*facts.pop("decls"), **{**facts, "panel": panel})
+
+
 def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     """(the BaseModel a field holds, whether it may be None)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -167,11 +178,14 @@ def _walk(
             if inner.panel is None and section is not None:
                 inner = Section(section.panel, inner.panels, inner.flags, inner.skip)
             default = None
-            if not info.is_required():
+            # A factory other than the model itself may set other values (`ServeSettings(plan=
+            # ...)`); the model itself holds its fields' defaults, read without building it
+            # (building a model's validator at import would slow every --help).
+            if not info.is_required() and info.default_factory is not nested:
                 default = info.get_default(call_default_factory=True)
             yield from _walk(nested, here, inner, default, here if optional else optional_parent)
             continue
-        flag = _meta(info, Flag)
+        flag = _flag(info)
         if flag is None and section is not None:
             flag = section.flags.get(name)
         flag = flag or Flag()
@@ -339,42 +353,13 @@ def interval(rules: list[Any]) -> str:
     return f"{low or '(-inf'}, {high or 'inf)'}"
 
 
-_STATED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
-    "residency_stated", default=frozenset()
-)
-
-
-def _stated(spec: CommandSpec) -> frozenset[str]:
-    """The dotted model paths of the options given on the command line or by environment."""
-    from typer._click.core import ParameterSource
-    from typer._click.globals import get_current_context
-
-    ctx = get_current_context(silent=True)
-    if ctx is None:
-        return frozenset()
-    given = {ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT}
-    return frozenset(
-        ".".join(leaf.path) for leaf in spec.leaves if ctx.get_parameter_source(leaf.param) in given
-    )
-
-
-def stated() -> frozenset[str]:
-    """Within a command: the options the user gave, as dotted model paths
-    ("request.cache.max_model_len"); the rest hold their defaults."""
-    return _STATED.get()
-
-
 def command(model: type[M]) -> Callable[[Callable[[M], Any]], Callable[..., Any]]:
     """A typer command callback whose options are `model`'s fields (see the module doc)."""
     spec = spec_of(model)
 
     def wrap(run: Callable[[M], Any]) -> Callable[..., Any]:
         def callback(**values: Any) -> Any:
-            token = _STATED.set(_stated(spec))
-            try:
-                return run(typing.cast(M, build(spec, values)))
-            finally:
-                _STATED.reset(token)
+            return run(typing.cast(M, build(spec, values)))
 
         params = []
         annotations: dict[str, Any] = {}

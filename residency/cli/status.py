@@ -11,7 +11,13 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.cli.spec import command
-from residency.flags import Flag
+from residency.flags import (
+    Flag,
+    JsonOutput,
+    RouterApiKey,
+    VllmApiKey,
+    Watch,
+)
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -44,16 +50,13 @@ class StatusArgs(BaseModel):
         le=RECENT_MAX,
         description="Hits and misses over the last N requests per upstream and prefix.",
     )
-    watch: bool = Field(default=False, description="Redraw in place every --interval s (Ctrl-C).")
-    interval: float = Field(default=1.0, gt=0, le=3600, description="--watch: seconds per redraw.")
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="One JSON object (--watch: one per line)."
+    watch: Watch = False
+    refresh: float = Field(
+        default=1.0, gt=0, le=3600, description="--watch: seconds between redraws."
     )
-    api_key: Annotated[str | None, Flag(envvar="RESIDENCY_API_KEY")] = Field(
-        default=None,
-        repr=False,
-        description="The router's --api-key (with --plan: the server's VLLM_API_KEY).",
-    )
+    json_output: JsonOutput = False
+    api_key: RouterApiKey = None
+    vllm_api_key: VllmApiKey = None  # with --plan: the vLLM server's own key
 
 
 @command(StatusArgs)
@@ -76,11 +79,11 @@ async def _run(args: StatusArgs) -> None:
         if args.json_output:
             while True:
                 _show(console, await read(), True)
-                await _sleep(args.interval)
+                await _sleep(args.refresh)
         with Live(console=console, auto_refresh=False, screen=False) as live:
             while True:  # redrawn in place: one frame replaces the last (no clear, no flicker)
                 live.update(render(await read(), time.strftime("%H:%M:%S")), refresh=True)
-                await _sleep(args.interval)
+                await _sleep(args.refresh)
 
 
 async def _sleep(seconds: float) -> None:
@@ -105,7 +108,7 @@ def _source(args: StatusArgs) -> AbstractAsyncContextManager[Reader]:
     from residency.status.client import router_source
 
     if args.plan is not None:
-        return direct_source(args.plan, args.url, args.api_key, args.last)
+        return direct_source(args.plan, args.url, args.vllm_api_key, args.last)
     return router_source(args.url, args.api_key, args.last)
 
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from residency.cli.spec import command
-from residency.flags import Flag, Section
+from residency.flags import Flag, JsonOutput, Section, Watch
 from residency.warm.options import WATCH, WarmOptions, WatchSettings
 
 if TYPE_CHECKING:
@@ -35,17 +35,11 @@ class WarmArgs(BaseModel):
     options: WarmOptions = Field(
         default_factory=WarmOptions, description="The server and how hard to try."
     )
-    watch: Annotated[bool, Flag(panel=WATCH)] = Field(
-        default=False,
-        description="Keep every prefix resident: probe each every --interval s, re-warm only the "
-        "one that missed, wait out restarts; stops on SIGINT/SIGTERM.",
-    )
+    watch: Annotated[Watch, Flag(panel=WATCH)] = False
     watch_settings: Annotated[WatchSettings, Section(panel=WATCH)] = Field(
         default_factory=WatchSettings, description="How --watch probes and waits."
     )
-    json_output: Annotated[bool, Flag("--json")] = Field(
-        default=False, description="One JSON object (--watch: one per event line)."
-    )
+    json_output: JsonOutput = False
 
 
 @command(WarmArgs)

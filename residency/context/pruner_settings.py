@@ -9,6 +9,7 @@ import shlex
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.flags import Flag
 from residency.prompt_language import LanguageCode
 from residency.vllm_client import endpoints
 
@@ -77,3 +78,15 @@ class PrunerSettings(BaseModel):
     def chat_url(self) -> str:
         """The chat-completions endpoint under `url`."""
         return endpoints.url_of(self.url, endpoints.CHAT)
+
+
+# The pruner's flags, as `serve` and `eval prune` both spell them. Its own token stays unset:
+# --api-key is what clients send the router.
+PRUNER_FLAGS = {
+    "url": Flag("--pruner-url"),
+    "model": Flag("--pruner-model"),
+    "threshold": Flag("--prune-threshold"),
+    "keep_top_k": Flag("--prune-keep-top-k"),
+    "timeout_s": Flag("--pruner-timeout"),
+}
+PRUNER_SKIP = frozenset({"api_key", "max_tokens", "language"})

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
 
 from residency.errors import ConfigError
+from residency.flags import Flag
 from residency.paths import data_root
 
 # Package data (residency/data): the folder that holds corpora/ (and profiles/).
@@ -68,3 +72,10 @@ SAMPLE_HELP = (
     f"Built-in sample corpus used when no --index is given: {', '.join(SAMPLES)} (its English "
     "twin, for English-first models)."
 )
+SampleName = Annotated[
+    str | None,
+    Flag(show_default=DEFAULT_SAMPLE),
+    Field(description=SAMPLE_HELP),
+]
+"""`--sample`: None is the default corpus (DEFAULT_SAMPLE); a command that builds on an index
+reads it only when no --index is given."""

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from residency.bench.options import ColdRepeats, Lengths, Repeats
 from residency.cpu_dtype import DTYPE_FLAG_HELP, CpuDtypeFlag
 from residency.demo.budget import DEFAULT_TIME_BUDGET_S
 from residency.flags import Flag
@@ -17,6 +18,7 @@ from residency.paths import cache_root
 
 DemoModel = Literal["smollm2", "tiny"]
 DEFAULT_TODAY = dt.date(2025, 6, 15)
+DEMO_REPEATS, DEMO_COLD_REPEATS = 3, 2
 
 
 class DemoOptions(BaseModel):
@@ -29,7 +31,7 @@ class DemoOptions(BaseModel):
         description="--out: directory for plan.json, query-log.jsonl, bench.json, ttft.png, "
         "demo.json and the servers' logs.",
     )
-    model: Annotated[DemoModel | None, Flag(show_default=False)] = Field(
+    model: Annotated[DemoModel | None, Flag("--demo-model", show_default=False)] = Field(
         default=None,
         description="smollm2: SmolLM2-135M-Instruct, real weights, on the English sample; tiny: "
         "a random-weight model on the Japanese sample (default: smollm2 where its extra is "
@@ -42,24 +44,9 @@ class DemoOptions(BaseModel):
         description="--time-budget: seconds the whole run should take: the TTFT comparison "
         "keeps the lengths a measured prefill rate fits in what is left.",
     )
-    lengths: Annotated[
-        tuple[Annotated[int, Field(ge=1)], ...] | None, Flag(comma=True, show_default=False)
-    ] = Field(
-        default=None,
-        min_length=1,
-        max_length=64,
-        description="Prompt lengths in tokens for the TTFT comparison, comma-separated (not "
-        "scaled to the budget; default: chosen from the measured prefill rate).",
-    )
-    repeats: int = Field(
-        default=3, ge=1, le=1_000, description="Timed warm sends per length in the TTFT comparison."
-    )
-    cold_repeats: int = Field(
-        default=2,
-        ge=1,
-        le=1_000,
-        description="Cold sends per length in the TTFT comparison, each with a fresh salt.",
-    )
+    lengths: Lengths = None  # as given, not scaled to the budget
+    repeats: Repeats = None
+    cold_repeats: ColdRepeats = None
     keep_running: bool = Field(
         default=False, description="Leave vLLM and the router up afterwards and print their URLs."
     )
@@ -82,3 +69,13 @@ class DemoOptions(BaseModel):
     startup_timeout_s: float = Field(
         default=600.0, gt=0, le=3600, description="Longest wait for a server's /health."
     )
+
+    @property
+    def warm_sends(self) -> int:
+        """--repeats, or the demo's own default (fewer than bench's: a short run)."""
+        return self.repeats or DEMO_REPEATS
+
+    @property
+    def cold_sends(self) -> int:
+        """--cold-repeats, or the demo's own default."""
+        return self.cold_repeats or DEMO_COLD_REPEATS

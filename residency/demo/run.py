@@ -51,8 +51,9 @@ from residency.machine import machine_info
 from residency.models import smollm2
 from residency.models.tiny import DENSE_SPEC, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
-from residency.planning.plan_model import PlanSettings, ResidencyPlan, write_plan
+from residency.planning.plan_model import ResidencyPlan, write_plan
 from residency.planning.run import PlanJob, run_plan, sample_index_options
+from residency.planning.settings import PlanSettings
 from residency.tokenizer import LocalTokenizer
 from residency.vllm_client import VllmClient
 from residency.warm import WarmOptions, warm
@@ -325,8 +326,8 @@ def _run(options: DemoOptions, servers: ServerSet, steps: _Steps, started: float
             bench_options = BenchOptions(
                 server=vllm.url,
                 lengths=choice.lengths,
-                repeats=options.repeats,
-                cold_repeats=options.cold_repeats,
+                repeats=options.warm_sends,
+                cold_repeats=options.cold_sends,
                 text_dir=served.sample.docs,
             )
             bench = run_bench(bench_options, plan if choice.include_plan else None)
@@ -376,7 +377,7 @@ def _lengths(
     max_model_len: int,
 ) -> LengthChoice:
     """--lengths as given (with the plan row), else what the measured rate fits in left_s."""
-    warm_sends = options.repeats + 1  # the timed sends and one admission send
+    warm_sends = options.warm_sends + 1  # the timed sends and one admission send
     if options.lengths is not None:
         return LengthChoice(options.lengths, True, 0.0, None)
     return choose_lengths(
@@ -384,6 +385,6 @@ def _lengths(
         left_s,
         max_model_len=max_model_len,
         plan_tokens=plan.prefix.token_count,
-        cold_repeats=options.cold_repeats,
+        cold_repeats=options.cold_sends,
         warm_sends=warm_sends,
     )

@@ -8,9 +8,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.budget import ConcurrentRequests
 from residency.context.routing import RoutingSettings
 from residency.eval.defaults import DEFAULT_EVAL_SIZE, DEFAULT_LOG_SIZE, DEFAULT_ZIPF_S
-from residency.flags import Flag, Section
+from residency.flags import Flag, MaxModelLen, Section, VllmServer
 
 DEFAULT_BUDGET_TOKENS = 30000
 
@@ -66,23 +67,11 @@ class CoverageOptions(BaseModel):
         "--max-model-len): adds the rows single-prefix and residency (several prefixes, as "
         "served).",
     )
-    max_model_len: Annotated[int | None, Flag(show_default=False)] = Field(
-        default=None, ge=1, le=10**8, description="--squad: the modelled host's max_model_len."
-    )
-    server: Annotated[str | None, Flag(show_default=False)] = Field(
-        default=None,
-        min_length=1,
-        max_length=4096,
-        description="--squad: model the host of a running vLLM (URL): its KV-cache tokens "
-        "(vllm:cache_config_info) and max_model_len (/v1/models), instead of "
-        "--kv-cache-tokens and --max-model-len.",
-    )
-    concurrency: int = Field(
-        default=1,
-        ge=1,
-        le=10_000,
-        description="--squad: requests the modelled host serves at once.",
-    )
+    max_model_len: MaxModelLen = None
+    # --squad: the modelled host is the server's (vllm:cache_config_info, /v1/models)
+    server: VllmServer = None
+    # --squad: requests the modelled host serves at once; the planner's own --concurrency
+    concurrency: ConcurrentRequests = 1
     seeds: int = Field(
         default=1,
         ge=1,

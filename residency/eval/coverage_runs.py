@@ -43,12 +43,12 @@ from residency.planning.plan_model import (
     CapacitySnapshot,
     LogSummary,
     ResidencyPlan,
-    Strategy,
     plan_index_dir,
     read_plan,
 )
 from residency.planning.run import CACHE_DIR, DATA_ROOT, index_closeness
 from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
+from residency.planning.settings import Strategy
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
 
 SIM_BLOCK_SIZE = 16

@@ -7,7 +7,13 @@ models (about 90 ms of pydantic class building on 2 shared cores).
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
 from residency.context.routing import DEFAULT_K
+from residency.flags import Flag
 from residency.paths import cache_root
 
 # Budget / display name -> MetricSet field (residency/eval/retrieval.py).
@@ -31,3 +37,11 @@ COVERAGE_CACHE = cache_root() / "coverage"
 
 DEFAULT_PRUNE_K = DEFAULT_K  # the router's long-tail k
 DEFAULT_PRUNE_LIMIT = 200
+CoverageCacheDir = Annotated[
+    Path,
+    Flag(show_default="CACHE/coverage"),
+    Field(
+        description="--squad: where the imported corpus and its index are kept (shared by "
+        "`eval coverage` and `eval prune`).",
+    ),
+]

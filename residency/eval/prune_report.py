@@ -3,9 +3,12 @@ per way of choosing chunks, and the latency the pruner adds (the eval: residency
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.eval.defaults import DEFAULT_PRUNE_K, DEFAULT_PRUNE_LIMIT
+from residency.flags import Flag
 from residency.machine import MachineInfo
 from residency.stats import TimingStats
 
@@ -32,14 +35,15 @@ class KeptFigures(BaseModel):
 
 
 class PruneSample(BaseModel):
-    """How many questions `eval prune` grades and how many chunks each (--k, --limit)."""
+    """How many questions `eval prune` grades and how many chunks each (--max-questions,
+    --chunks)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    k: int = Field(
+    k: Annotated[int, Flag("--chunks")] = Field(
         default=DEFAULT_PRUNE_K, ge=1, le=100, description="Chunks retrieved per question."
     )
-    limit: int = Field(
+    limit: Annotated[int, Flag("--max-questions")] = Field(
         default=DEFAULT_PRUNE_LIMIT,
         ge=1,
         le=100_000,

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from residency.corpus.chunker_settings import ChunkerSettings
-from residency.flags import Flag, Section
+from residency.flags import Flag, Section, Watch
 from residency.retrieval.qdrant_schema import DEFAULT_DENSE_VECTOR
 
 DEFAULT_BATCH = 256  # points per Qdrant upload request (--batch-size)
@@ -52,11 +52,7 @@ class IndexOptions(BaseModel):
     strict: bool = Field(
         default=False, description="Fail (write nothing) if any input would be skipped."
     )
-    watch: bool = Field(
-        default=False,
-        description="Keep running: re-index whenever a corpus file is added, edited or removed "
-        "(only changed files are read and embedded again; Ctrl-C stops).",
-    )
+    watch: Watch = False
 
 
 class UploadOptions(BaseModel):

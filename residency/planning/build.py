@@ -26,7 +26,6 @@ from residency.planning.plan_model import (
     PrefixInfo,
     ResidencyPlan,
     ResidentItem,
-    Strategy,
 )
 from residency.planning.prefix import (
     RenderedPrefix,
@@ -41,6 +40,7 @@ from residency.planning.scoring import (
     attribute_queries,
     score_sections,
 )
+from residency.planning.settings import Strategy
 from residency.query_log import LogEntry
 from residency.tokenizer import ModelTokenizer
 

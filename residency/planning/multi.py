@@ -52,7 +52,6 @@ from residency.planning.build import (
 )
 from residency.planning.grouping import Packing, Pair, pack
 from residency.planning.plan_model import (
-    MAX_PREFIXES,
     CapacitySnapshot,
     Coverage,
     PlanPrefix,
@@ -61,6 +60,7 @@ from residency.planning.plan_model import (
     single_prefix,
 )
 from residency.planning.prefix import RenderedPrefix, render_prefix
+from residency.planning.settings import MAX_PREFIXES
 from residency.tokenizer import ModelTokenizer
 
 

@@ -29,10 +29,10 @@ from residency.planning.plan_model import (
     CapacitySnapshot,
     LogFileSummary,
     LogSummary,
-    PlanSettings,
     ResidencyPlan,
 )
 from residency.planning.scoring import DEFAULT_DEPTH, attribute_queries
+from residency.planning.settings import PlanSettings
 from residency.query_log import LogRead, expand_log_patterns, merge_by_time, read_query_log
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, ServerTokenizer
 

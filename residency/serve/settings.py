@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from residency.context.pruner_settings import PrunerSettings
+from residency.context.pruner_settings import PRUNER_FLAGS, PRUNER_SKIP, PrunerSettings
 from residency.context.routing import RoutingSettings
 from residency.context.settings import (
     DEFAULT_RETRIEVER,
@@ -16,7 +16,15 @@ from residency.context.settings import (
     ContextSettings,
     RetrieverName,
 )
-from residency.flags import Flag, Section
+from residency.flags import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    Flag,
+    IndexDir,
+    RequestTimeout,
+    RouterApiKey,
+    Section,
+    VllmApiKey,
+)
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 from residency.serve.agent_settings import AGENT, AgentSettings
 
@@ -84,9 +92,7 @@ class ServeSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     plan: Path = Field(description="plan.json whose prefix every request starts with.")
-    index: Path | None = Field(
-        default=None, description="Index directory (default: the one the plan names)."
-    )
+    index: IndexDir = None
     upstreams: Annotated[tuple[str, ...], Flag("--upstream")] = Field(
         default=(DEFAULT_UPSTREAM,),
         min_length=1,
@@ -101,15 +107,8 @@ class ServeSettings(BaseModel):
     port: Annotated[int, Flag(panel=NET)] = Field(
         default=8100, ge=0, le=65535, description="Port to listen on (0: pick a free one)."
     )
-    api_key: Annotated[str | None, Flag(envvar="RESIDENCY_API_KEY", panel=NET)] = Field(
-        default=None,
-        min_length=8,
-        validate_default=True,
-        description="Bearer token clients must send (all paths but /health).",
-    )
-    upstream_api_key: Annotated[str | None, Flag(envvar="VLLM_API_KEY", panel=NET)] = Field(
-        default=None, description="Bearer token for the upstreams (vLLM --api-key)."
-    )
+    api_key: Annotated[RouterApiKey, Flag(panel=NET)] = None
+    upstream_api_key: Annotated[VllmApiKey, Flag(panel=NET)] = None
     log: Path | None = Field(
         default=None,
         description="Query log appended per request, what `residency plan --log` reads "
@@ -125,19 +124,7 @@ class ServeSettings(BaseModel):
         default=None, description="The Qdrant collection (with --retriever qdrant)."
     )
     pruner: Annotated[
-        PrunerSettings | None,
-        Section(
-            panel=PRUNE,
-            flags={
-                "url": Flag("--pruner-url"),
-                "model": Flag("--pruner-model"),
-                "threshold": Flag("--prune-threshold"),
-                "keep_top_k": Flag("--prune-keep-top-k"),
-                "timeout_s": Flag("--pruner-timeout"),
-            },
-            # The pruner's own token stays unset: --api-key is what clients send the router.
-            skip=frozenset({"api_key", "max_tokens", "language"}),
-        ),
+        PrunerSettings | None, Section(PRUNE, flags=PRUNER_FLAGS, skip=PRUNER_SKIP)
     ] = Field(default=None, description="The listwise pruner stage (None: off).")
     warm: bool = Field(
         default=True, description="Warm each upstream with the plan's prefix as it joins."
@@ -159,9 +146,7 @@ class ServeSettings(BaseModel):
     health_interval_s: Annotated[float, Flag("--health-interval")] = Field(
         default=5.0, gt=0, le=3600, description="Seconds between upstream health checks."
     )
-    request_timeout_s: Annotated[float, Flag("--request-timeout")] = Field(
-        default=600.0, gt=0, description="Seconds one upstream request may take."
-    )
+    request_timeout_s: RequestTimeout = DEFAULT_REQUEST_TIMEOUT_S
     shutdown_timeout_s: Annotated[float, Flag("--shutdown-timeout")] = Field(
         default=60.0,
         gt=0,

@@ -8,7 +8,14 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from residency.flags import Flag
+from residency.flags import (
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_VLLM_URL,
+    Flag,
+    RequestTimeout,
+    VllmApiKey,
+    VllmServer,
+)
 
 WATCH = "Keep warm (--watch)"
 
@@ -18,17 +25,13 @@ class WarmOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    server: str = Field(
-        default="http://127.0.0.1:8000", min_length=1, description="Base URL of the vLLM server."
-    )
+    server: VllmServer = None
     timeout_s: Annotated[float, Flag("--timeout")] = Field(
         default=120.0,
         gt=0,
         description="Seconds to wait for /health (exponential backoff).",
     )
-    request_timeout_s: Annotated[float, Flag("--request-timeout")] = Field(
-        default=300.0, gt=0, description="Seconds one prefill or probe request may take."
-    )
+    request_timeout_s: RequestTimeout = DEFAULT_REQUEST_TIMEOUT_S
     max_sightings: int = Field(
         default=4,
         ge=0,
@@ -41,9 +44,12 @@ class WarmOptions(BaseModel):
         description="Accept a served model whose name differs from the plan's (the tokenizer, "
         "max_model_len and prefix hash are still checked).",
     )
-    api_key: Annotated[str | None, Flag(envvar="VLLM_API_KEY")] = Field(
-        default=None, description="Bearer token (vLLM --api-key)."
-    )
+    api_key: VllmApiKey = None
+
+    @property
+    def url(self) -> str:
+        """The server's base URL: --server, or where `vllm serve` listens by default."""
+        return self.server or DEFAULT_VLLM_URL
 
 
 class WatchSettings(BaseModel):

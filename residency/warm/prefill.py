@@ -68,8 +68,8 @@ class WarmReport(BaseModel):
 
 
 def open_client(options: WarmOptions) -> VllmClient:
-    """The client of `options.server` (one request may take `request_timeout_s`)."""
-    return VllmClient(options.server, timeout_s=options.request_timeout_s, api_key=options.api_key)
+    """The client of `options.url` (one request may take `request_timeout_s`)."""
+    return VllmClient(options.url, timeout_s=options.request_timeout_s, api_key=options.api_key)
 
 
 def admit(client: VllmClient, target: WarmTarget, max_sightings: int) -> list[SendResult]:

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from residency.eval.answers.defaults import DEFAULT_JUDGE_MAX_TOKENS, DEFAULT_K, DEFAULT_MAX_TOKENS
-from residency.flags import Flag
+from residency.flags import Flag, RouterApiKey
 
 StrategyName = Literal["echo", "rag", "whole", "residency"]
 STRATEGIES: tuple[StrategyName, ...] = ("echo", "rag", "whole", "residency")
@@ -63,12 +63,12 @@ class AnswerEvalOptions(BaseModel):
         default=None,
         description="plan.json the router serves: resident gold counts as visible.",
     )
-    k: Annotated[list[PassageCount] | None, Flag(show_default=str(DEFAULT_K))] = Field(
+    k: Annotated[list[PassageCount] | None, Flag("--rag-k", show_default=str(DEFAULT_K))] = Field(
         default=None,
         min_length=1,
         max_length=64,
         description="Passages retrieved per question (rag); repeat for one rag per value "
-        "(--k 3 --k 5).",
+        "(--rag-k 3 --rag-k 5).",
     )
     max_tokens: int = Field(
         default=DEFAULT_MAX_TOKENS,
@@ -89,9 +89,7 @@ class AnswerEvalOptions(BaseModel):
         default=None,
         description="Write per-question records here (jsonl, one line per answer).",
     )
-    api_key: Annotated[str | None, Flag(envvar="RESIDENCY_API_KEY")] = Field(
-        default=None, max_length=4096, repr=False, description="Bearer token for every endpoint."
-    )
+    api_key: RouterApiKey = None  # sent to every endpoint
 
     @field_validator("strategy", mode="before")
     @classmethod
