@@ -72,10 +72,11 @@ def _number_depth(text: str) -> int:
 
 def _caps_label(text: str) -> bool:
     """'PAYMENT METHOD', 'RETURN POLICY': a short line in capitals, no digits, not a sentence."""
+    if len(text) > LABEL_MAX_CHARS:
+        return False  # most lines: their letters are not looked at
     letters = [ch for ch in text if ch.isalpha()]
     return (
-        len(text) <= LABEL_MAX_CHARS
-        and len(letters) >= CAPS_MIN_LETTERS
+        len(letters) >= CAPS_MIN_LETTERS
         and all(ch.isupper() for ch in letters)
         and not any(ch.isdigit() for ch in text)
         and not _LABEL_END.search(text)
