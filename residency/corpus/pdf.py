@@ -172,16 +172,28 @@ def font_headings(
 def _line_kind(line: Line, body: float, body_font: str) -> str:
     """'large', 'numbered', 'label' or 'body': what the way a line is set makes it, given the
     body text's size and font (see `font_headings`)."""
+    kind = _set_as(line, body, body_font)
+    if kind == "body" or _never_heading(line):  # in this order: most lines are set as body
+        return "body"
+    return kind
+
+
+def _never_heading(line: Line) -> bool:
+    """A line too long, a table row ('GRAND TOTAL   5,738'), without letters or a page number."""
     text = line.text
-    if (
+    return bool(
         len(text) > HEADING_MAX_CHARS
         or line.cells > CELLS_MAX
         or (line.cells == CELLS_MAX and not any(c.isalpha() for c in text.split()[-1]))
         or _AMOUNT.match(text.split()[-1])
         or not any(ch.isalpha() for ch in text)
         or is_page_number(text)
-    ):
-        return "body"
+    )
+
+
+def _set_as(line: Line, body: float, body_font: str) -> str:
+    """What the line's size and font make it, before `_never_heading` is asked."""
+    text = line.text
     if line.size >= body * HEADING_SCALE:
         return "large"
     if line.cells == 1 and _caps_label(text):

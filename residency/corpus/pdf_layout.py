@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -29,8 +28,11 @@ JOIN_EMS = 0.6  # a piece of text starting this many font sizes from a line's to
 _LEVEL = 0.005  # share of the page height within which two lines start level
 _SIZE_STEP = 0.5  # font sizes are compared rounded to half a point
 _LINE = re.compile(r"[^\r\n]+")
-_SOFT_HYPHENS = "\ufffe\u00ad"
+_SOFT_HYPHENS = ("\ufffe", "\u00ad")
 _DROP = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ufffe\uffff\u00ad]")
+# what `_DROP` or a tab can find in a line (one without line breaks)
+_DIRTY = re.compile(r"[\x00-\x09\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\u00ad]")
+_GAP = re.compile(r"(?<=\S)\s+")  # a run of spaces after a word
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +76,11 @@ def _line_size(chars: PageChars, text: str, first: int, last: int) -> float:
 def _cells(chars: PageChars, text: str, first: int, last: int, size: float) -> int:
     """1 + the gaps wider than `CELL_GAP_EMS` x the font size between text[first:last+1]'s
     words (a table row set on one line: 'Year    2022    Claim #    SF-1008')."""
+    gap_pt = CELL_GAP_EMS * max(size, 1.0)
     gaps = 0
-    for k in range(first + 1, last):
-        if text[k].isspace() and not text[k - 1].isspace():
-            after = k + 1
-            while after < last and text[after].isspace():
-                after += 1  # a space, or the line break between parts set on one baseline
-            gaps += chars.left(after) - chars.right(k - 1) > CELL_GAP_EMS * max(size, 1.0)
+    # each run of spaces (or the line break between parts set on one baseline) inside the line
+    for run in _GAP.finditer(text, first + 1, last):
+        gaps += chars.left(run.end()) - chars.right(run.start() - 1) > gap_pt
     return gaps + 1
 
 
@@ -97,12 +97,14 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
         text = textpage.get_text_range(0, count)
         aligned = len(text) == count  # one str char per pdfium char (no surrogate pairs)
         chars = PageChars(textpage.raw)
+        dirty = _DIRTY.search(text) is not None  # else no line needs `clean_line`
         lines: list[Line] = []
         for match in _LINE.finditer(text):
             raw_line = match.group()
             stripped = raw_line.strip()
-            hyphen = stripped.endswith(tuple(_SOFT_HYPHENS))
-            stripped = clean_line(stripped).strip()
+            hyphen = stripped.endswith(_SOFT_HYPHENS)
+            if dirty:
+                stripped = clean_line(stripped).strip()
             if not stripped:
                 continue
             size, font, top, span, edges = 0.0, "", 0.5, (0, 0), (0.0, 0.0)
@@ -196,11 +198,15 @@ def _measure_cells(chars: PageChars, text: str, lines: list[Line]) -> list[Line]
         ):
             wanted.add(i)
     out = list(lines)
+    measured: set[int] = set()
 
     def measure(i: int) -> None:
         first, last = lines[i].span
-        if last > first and out[i] is lines[i]:
-            out[i] = replace(lines[i], cells=_cells(chars, text, first, last, lines[i].size))
+        if last > first and i not in measured:
+            measured.add(i)
+            cells = _cells(chars, text, first, last, lines[i].size)
+            if cells != lines[i].cells:
+                out[i] = replace(lines[i], cells=cells)
 
     for i in wanted:
         measure(i)
@@ -230,9 +236,11 @@ def rejoin_hyphens(lines: list[Line]) -> list[Line]:
 
 def body_style(lines: list[Line]) -> tuple[float, str]:
     """The size and font most characters are set in."""
-    weight: Counter[float] = Counter()
-    fonts: Counter[str] = Counter()
+    weight: dict[float, int] = {}
+    fonts: dict[str, int] = {}
     for line in lines:
-        weight[line.size] += len(line.text)
-        fonts[line.font] += len(line.text)
-    return weight.most_common(1)[0][0], fonts.most_common(1)[0][0]
+        n = len(line.text)
+        weight[line.size] = weight.get(line.size, 0) + n
+        fonts[line.font] = fonts.get(line.font, 0) + n
+    # the first of equals, as Counter.most_common(1) picks
+    return max(weight, key=weight.__getitem__), max(fonts, key=fonts.__getitem__)
