@@ -28,7 +28,7 @@ without a text layer (scanned pages: OCR it first, e.g. with ocrmypdf), or a dam
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from residency.corpus.drafts import Draft, DraftBuilder
@@ -72,10 +72,11 @@ def _number_depth(text: str) -> int:
 
 def _caps_label(text: str) -> bool:
     """'PAYMENT METHOD', 'RETURN POLICY': a short line in capitals, no digits, not a sentence."""
+    if len(text) > LABEL_MAX_CHARS:
+        return False  # most lines: their letters are not looked at
     letters = [ch for ch in text if ch.isalpha()]
     return (
-        len(text) <= LABEL_MAX_CHARS
-        and len(letters) >= CAPS_MIN_LETTERS
+        len(letters) >= CAPS_MIN_LETTERS
         and all(ch.isupper() for ch in letters)
         and not any(ch.isdigit() for ch in text)
         and not _LABEL_END.search(text)
@@ -139,82 +140,18 @@ def font_headings(
     """
     if not lines:
         return []
-    body, body_font = body_style(lines)
-
-    def kind(line: Line) -> str:
-        if (
-            len(line.text) > HEADING_MAX_CHARS
-            or line.cells > CELLS_MAX
-            or (line.cells == CELLS_MAX and not any(c.isalpha() for c in line.text.split()[-1]))
-            or _AMOUNT.match(line.text.split()[-1])
-            or not any(ch.isalpha() for ch in line.text)
-            or is_page_number(line.text)
-        ):
-            return "body"
-        if line.size >= body * HEADING_SCALE:
-            return "large"
-        if line.cells == 1 and _caps_label(line.text):
-            return "label"
-        if line.font == body_font or _MONO.search(line.font):
-            return "body"
-        if len(line.text) <= HEADING_MAX_CHARS // 2 and _number_depth(line.text) > 0:
-            return "numbered"
-        if (
-            len(line.text) <= LABEL_MAX_CHARS
-            and line.text[0].isalnum()
-            and not any(ch.isdigit() for ch in line.text)
-            and _HEAVY.search(line.font)
-            and not _LABEL_END.search(line.text)
-            and not _KEY_VALUE.search(line.text)
-            and not (line.text.endswith((":", "：")) and line.text.isupper())
-        ):
-            return "label"
-        return "body"
-
-    kinds = ["body" if i in text_only else kind(line) for i, line in enumerate(lines)]
-    for i, line in enumerate(lines):
-        if kinds[i] != "body" and sum(c.isdigit() for c in line.text) > sum(
-            c.isalpha() for c in line.text
-        ):
-            kinds[i] = "body"  # '*TXN98765202411231432*', 'Phone: (425) 000-0000'.
-    for i, line in enumerate(lines):
-        if kinds[i] == "label" and line.cells > 1 and _in_table(lines, i):
-            kinds[i] = "body"  # 'Continent   Asia   Europe' between rows of a table
+    kinds = _line_kinds(lines, text_only)
     level_of = _size_levels({ln.size for ln, k in zip(lines, kinds, strict=True) if k == "large"})
     below = max(level_of.values(), default=0)
     headings: list[Heading] = []
     end = len(lines) if stop is None else stop
-    title_size: float | None = None  # the first heading's size
-    title = ""
-    body_seen = False
+    title = _Title()
     i = 0
     while i < end:
         line, j = lines[i], i + 1
         if kinds[i] == "large":
-            while (
-                j < end
-                and kinds[j] == "large"
-                and _same_size(lines[j].size, line.size)
-                and 0 < lines[j].top - lines[j - 1].top <= WRAP_STEP
-                and lines[j].page == line.page
-            ):
-                j += 1
-            text = " ".join(ln.text for ln in lines[i:j])
-            if j - i > HEADING_MAX_LINES or len(text) > HEADING_MAX_CHARS:
-                body_seen = True  # a table or a passage set large: text
-            elif (
-                title_size is not None
-                and not body_seen
-                and line.size < title_size
-                and not _same_size(line.size, title_size)
-            ):
-                body_seen = True  # author / date lines under the title: text, not headings
-            else:
-                headings.append(Heading(i, level_of[line.size], text, j - i))
-                if title_size is None:
-                    title_size, title = line.size, text
-                elif text == title:
-                    body_seen = False  # the letterhead again (a second invoice): its lines too
+            heading, j = _large_heading(lines, kinds, i, end, level_of, title)
+            headings += [heading] if heading else []
         elif kinds[i] == "numbered":
             while j < end and kinds[j] == "numbered":
                 j += 1
@@ -226,10 +163,122 @@ def font_headings(
             j == len(lines) or kinds[j] == "body" or _apart(line, lines[j])
         ):
             headings.append(Heading(i, below + 1, line.text, 1))
-        elif title_size is not None:
-            body_seen = True
+        elif title.size is not None:
+            title.body_seen = True
         i = j
     return headings
+
+
+def _line_kind(line: Line, body: float, body_font: str) -> str:
+    """'large', 'numbered', 'label' or 'body': what the way a line is set makes it, given the
+    body text's size and font (see `font_headings`)."""
+    kind = _set_as(line, body, body_font)
+    if kind == "body" or _never_heading(line):  # in this order: most lines are set as body
+        return "body"
+    return kind
+
+
+def _never_heading(line: Line) -> bool:
+    """A line too long, a table row ('GRAND TOTAL   5,738'), without letters or a page number."""
+    text = line.text
+    return bool(
+        len(text) > HEADING_MAX_CHARS
+        or line.cells > CELLS_MAX
+        or (line.cells == CELLS_MAX and not any(c.isalpha() for c in text.split()[-1]))
+        or _AMOUNT.match(text.split()[-1])
+        or not any(ch.isalpha() for ch in text)
+        or is_page_number(text)
+    )
+
+
+def _set_as(line: Line, body: float, body_font: str) -> str:
+    """What the line's size and font make it, before `_never_heading` is asked."""
+    text = line.text
+    if line.size >= body * HEADING_SCALE:
+        return "large"
+    if line.cells == 1 and _caps_label(text):
+        return "label"
+    if line.font == body_font or _MONO.search(line.font):
+        return "body"
+    if len(text) <= HEADING_MAX_CHARS // 2 and _number_depth(text) > 0:
+        return "numbered"
+    if (
+        len(text) <= LABEL_MAX_CHARS
+        and text[0].isalnum()
+        and not any(ch.isdigit() for ch in text)
+        and _HEAVY.search(line.font)
+        and not _LABEL_END.search(text)
+        and not _KEY_VALUE.search(text)
+        and not (text.endswith((":", "：")) and text.isupper())
+    ):
+        return "label"
+    return "body"
+
+
+def _line_kinds(lines: list[Line], text_only: frozenset[int]) -> list[str]:
+    """`_line_kind` of every line against the document's body style; contents entries
+    (`text_only`), lines with more digits than letters and labels between table rows are body."""
+    body, body_font = body_style(lines)
+    kinds = [
+        "body" if i in text_only else _line_kind(ln, body, body_font) for i, ln in enumerate(lines)
+    ]
+    for i, line in enumerate(lines):
+        if kinds[i] != "body" and sum(c.isdigit() for c in line.text) > sum(
+            c.isalpha() for c in line.text
+        ):
+            kinds[i] = "body"  # '*TXN98765202411231432*', 'Phone: (425) 000-0000'.
+    for i, line in enumerate(lines):
+        if kinds[i] == "label" and line.cells > 1 and _in_table(lines, i):
+            kinds[i] = "body"  # 'Continent   Asia   Europe' between rows of a table
+    return kinds
+
+
+@dataclass(slots=True)
+class _Title:
+    """What `font_headings` has seen of the title so far (its first heading)."""
+
+    size: float | None = None  # the first heading's size
+    text: str = ""
+    body_seen: bool = False  # text since the title (lines set large under it are headings)
+
+
+def _large_heading(
+    lines: list[Line],
+    kinds: list[str],
+    i: int,
+    end: int,
+    level_of: dict[float, int],
+    title: _Title,
+) -> tuple[Heading | None, int]:
+    """The heading the large lines from lines[i] make (None: they are text), and the index of
+    the line after them: lines of about one size, each right under the last, are one wrapped
+    heading; more than `HEADING_MAX_LINES` of them, or `HEADING_MAX_CHARS`, are text."""
+    line, j = lines[i], i + 1
+    while (
+        j < end
+        and kinds[j] == "large"
+        and _same_size(lines[j].size, line.size)
+        and 0 < lines[j].top - lines[j - 1].top <= WRAP_STEP
+        and lines[j].page == line.page
+    ):
+        j += 1
+    text = " ".join(ln.text for ln in lines[i:j])
+    if j - i > HEADING_MAX_LINES or len(text) > HEADING_MAX_CHARS:
+        title.body_seen = True  # a table or a passage set large: text
+        return None, j
+    if (
+        title.size is not None
+        and not title.body_seen
+        and line.size < title.size
+        and not _same_size(line.size, title.size)
+    ):
+        title.body_seen = True  # author / date lines under the title: text, not headings
+        return None, j
+    if title.size is None:
+        title.size, title.text = line.size, text
+    elif text == title.text:
+        title.body_seen = False  # the letterhead again (a second invoice): its lines too
+    return Heading(i, level_of[line.size], text, j - i), j
 
 
 def keep_heading_text(

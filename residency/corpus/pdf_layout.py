@@ -12,12 +12,12 @@ What pdfium hands over and what is done with it:
 
 from __future__ import annotations
 
-import ctypes
 import re
 import statistics
-from collections import Counter
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
+
+from residency.corpus.pdf_chars import PageChars
 
 if TYPE_CHECKING:
     import pypdfium2
@@ -28,8 +28,11 @@ JOIN_EMS = 0.6  # a piece of text starting this many font sizes from a line's to
 _LEVEL = 0.005  # share of the page height within which two lines start level
 _SIZE_STEP = 0.5  # font sizes are compared rounded to half a point
 _LINE = re.compile(r"[^\r\n]+")
-_SOFT_HYPHENS = "\ufffe\u00ad"
+_SOFT_HYPHENS = ("\ufffe", "\u00ad")
 _DROP = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ufffe\uffff\u00ad]")
+# what `_DROP` or a tab can find in a line (one without line breaks)
+_DIRTY = re.compile(r"[\x00-\x09\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\u00ad]")
+_GAP = re.compile(r"(?<=\S)\s+")  # a run of spaces after a word
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,55 +57,30 @@ def clean_line(text: str) -> str:
     return _DROP.sub("", text.replace("\t", " "))
 
 
-def _font_name(raw_textpage: object, index: int) -> str:
-    """'LMSans10-Regular' for a character set in 'USBSTC+LMSans10-Regular'."""
-    import pypdfium2.raw as pdfium_c
-
-    buffer = ctypes.create_string_buffer(128)
-    flags = ctypes.c_int()
-    pdfium_c.FPDFText_GetFontInfo(raw_textpage, index, buffer, 128, ctypes.byref(flags))
-    return buffer.value.decode("latin-1").rpartition("+")[2]
-
-
-def _box(raw_textpage: object, index: int) -> tuple[float, float, float, float]:
-    """(left, right, bottom, top) of one character, in points."""
-    import pypdfium2.raw as pdfium_c
-
-    edges = [ctypes.c_double() for _ in range(4)]
-    pdfium_c.FPDFText_GetCharBox(raw_textpage, index, *(ctypes.byref(e) for e in edges))
-    return edges[0].value, edges[1].value, edges[2].value, edges[3].value
+def _line_size(chars: PageChars, text: str, first: int, last: int) -> float:
+    """The median of the sizes of a line's first, middle and last characters (points): a
+    superscript or a large initial at one end does not set the line's size. The middle one is
+    asked for only where the ends differ (it cannot move the median otherwise)."""
+    start = chars.size(first)
+    if last == first:
+        return start
+    end = chars.size(last)
+    middle = (first + last) // 2
+    if middle in (first, last) or text[middle].isspace():
+        return (start + end) / 2  # the median of two
+    if start == end:
+        return start
+    return statistics.median((start, end, chars.size(middle)))
 
 
-def _size(raw_textpage: object, index: int) -> float:
-    """The size a character is set in, in points: the font size scaled by its text matrix (a PDF
-    may set every font at 1 pt and scale it with the matrix, where pdfium's font size says 1)."""
-    import pypdfium2.raw as pdfium_c
-
-    matrix = pdfium_c.FS_MATRIX()
-    size = float(pdfium_c.FPDFText_GetFontSize(raw_textpage, index))
-    if not pdfium_c.FPDFText_GetMatrix(raw_textpage, index, ctypes.byref(matrix)):
-        return size
-    scale = abs(matrix.a * matrix.d - matrix.b * matrix.c) ** 0.5
-    return size * scale if scale > 0 else size
-
-
-def _cells(raw_textpage: object, text: str, first: int, last: int, size: float) -> int:
+def _cells(chars: PageChars, text: str, first: int, last: int, size: float) -> int:
     """1 + the gaps wider than `CELL_GAP_EMS` x the font size between text[first:last+1]'s
     words (a table row set on one line: 'Year    2022    Claim #    SF-1008')."""
-    import pypdfium2.raw as pdfium_c
-
-    edges = [ctypes.c_double() for _ in range(4)]
-    refs = [ctypes.byref(e) for e in edges]
+    gap_pt = CELL_GAP_EMS * max(size, 1.0)
     gaps = 0
-    for k in range(first + 1, last):
-        if text[k].isspace() and not text[k - 1].isspace():
-            after = k + 1
-            while after < last and text[after].isspace():
-                after += 1  # a space, or the line break between parts set on one baseline
-            pdfium_c.FPDFText_GetCharBox(raw_textpage, k - 1, *refs)
-            end = edges[1].value
-            pdfium_c.FPDFText_GetCharBox(raw_textpage, after, *refs)
-            gaps += edges[0].value - end > CELL_GAP_EMS * max(size, 1.0)
+    # each run of spaces (or the line break between parts set on one baseline) inside the line
+    for run in _GAP.finditer(text, first + 1, last):
+        gaps += chars.left(run.end()) - chars.right(run.start() - 1) > gap_pt
     return gaps + 1
 
 
@@ -118,24 +96,22 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
         count = textpage.count_chars()
         text = textpage.get_text_range(0, count)
         aligned = len(text) == count  # one str char per pdfium char (no surrogate pairs)
+        chars = PageChars(textpage.raw)
+        dirty = _DIRTY.search(text) is not None  # else no line needs `clean_line`
         lines: list[Line] = []
         for match in _LINE.finditer(text):
             raw_line = match.group()
             stripped = raw_line.strip()
-            hyphen = stripped.endswith(tuple(_SOFT_HYPHENS))
-            stripped = clean_line(stripped).strip()
+            hyphen = stripped.endswith(_SOFT_HYPHENS)
+            if dirty:
+                stripped = clean_line(stripped).strip()
             if not stripped:
                 continue
-            size, font, top, span = 0.0, "", 0.5, (0, 0)
+            size, font, top, span, edges = 0.0, "", 0.5, (0, 0), (0.0, 0.0)
             if aligned:
                 first = match.start() + len(raw_line) - len(raw_line.lstrip())
                 last = match.end() - 1 - (len(raw_line) - len(raw_line.rstrip()))
-                middle = (first + last) // 2
-                picks = {first, last} | ({middle} if not text[middle].isspace() else set())
-                sizes = [_size(textpage.raw, i) for i in picks]
-                size = round(statistics.median(sizes) / _SIZE_STEP) * _SIZE_STEP
-                font = _font_name(textpage.raw, first)
-                left, right, bottom, upper = _box(textpage.raw, first)
+                left, right, bottom, upper = chars.box(first)
                 if (
                     bottom > page_top
                     or upper < page_bottom
@@ -143,16 +119,16 @@ def page_lines(page: pypdfium2.PdfPage, number: int) -> list[Line]:
                     or right < page_left
                 ):
                     continue  # off the page: no reader sees it
+                size = round(_line_size(chars, text, first, last) / _SIZE_STEP) * _SIZE_STEP
+                font = chars.font(first)
                 top = min(max((page_top - upper) / height, 0.0), 1.0)
                 span = (first, last)
-                edges = (left, _box(textpage.raw, last)[1])
-            else:
-                edges = (0.0, 0.0)
+                edges = (left, chars.right(last))
             marked = stripped + ("\u00ad" if hyphen else "")
             lines.append(Line(marked, size, number, font, top, 1, span, *edges, height))
         if not aligned:
             return lines
-        return header_first(_measure_cells(textpage.raw, text, join_baselines(lines)))
+        return header_first(_measure_cells(chars, text, join_baselines(lines)))
     finally:
         textpage.close()
 
@@ -203,7 +179,7 @@ def header_first(lines: list[Line]) -> list[Line]:
     return sorted(lines[start:], key=lambda ln: ln.top) + lines[:start]
 
 
-def _measure_cells(raw_textpage: object, text: str, lines: list[Line]) -> list[Line]:
+def _measure_cells(chars: PageChars, text: str, lines: list[Line]) -> list[Line]:
     """`Line.cells` of one page's lines that could be headings (larger than most of the page's
     text, in another font and short or numbered, or in capitals), and of the neighbours of those
     with several runs; a character box costs a call into pdfium, so body text stays at one."""
@@ -222,11 +198,15 @@ def _measure_cells(raw_textpage: object, text: str, lines: list[Line]) -> list[L
         ):
             wanted.add(i)
     out = list(lines)
+    measured: set[int] = set()
 
     def measure(i: int) -> None:
         first, last = lines[i].span
-        if last > first and out[i] is lines[i]:
-            out[i] = replace(lines[i], cells=_cells(raw_textpage, text, first, last, lines[i].size))
+        if last > first and i not in measured:
+            measured.add(i)
+            cells = _cells(chars, text, first, last, lines[i].size)
+            if cells != lines[i].cells:
+                out[i] = replace(lines[i], cells=cells)
 
     for i in wanted:
         measure(i)
@@ -256,9 +236,11 @@ def rejoin_hyphens(lines: list[Line]) -> list[Line]:
 
 def body_style(lines: list[Line]) -> tuple[float, str]:
     """The size and font most characters are set in."""
-    weight: Counter[float] = Counter()
-    fonts: Counter[str] = Counter()
+    weight: dict[float, int] = {}
+    fonts: dict[str, int] = {}
     for line in lines:
-        weight[line.size] += len(line.text)
-        fonts[line.font] += len(line.text)
-    return weight.most_common(1)[0][0], fonts.most_common(1)[0][0]
+        n = len(line.text)
+        weight[line.size] = weight.get(line.size, 0) + n
+        fonts[line.font] = fonts.get(line.font, 0) + n
+    # the first of equals, as Counter.most_common(1) picks
+    return max(weight, key=weight.__getitem__), max(fonts, key=fonts.__getitem__)

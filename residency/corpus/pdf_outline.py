@@ -36,6 +36,21 @@ def _key(text: str) -> str:
     return "".join(ch for ch in unicodedata.normalize("NFKC", text).casefold() if ch.isalnum())
 
 
+class _LineKeys:
+    """`_key` of each line's text, computed when first asked for (a page's lines are compared
+    with every outline entry pointing at the page)."""
+
+    def __init__(self, lines: list[Line]) -> None:
+        self._lines = lines
+        self._keys: dict[int, str] = {}
+
+    def __getitem__(self, i: int) -> str:
+        key = self._keys.get(i)
+        if key is None:
+            key = self._keys[i] = _key(self._lines[i].text)
+        return key
+
+
 def outline_entries(doc: pypdfium2.PdfDocument) -> list[tuple[int, str, int]]:
     """(level from 1, title, 0-based page) of every outline entry that points at a page."""
     entries: list[tuple[int, str, int]] = []
@@ -48,10 +63,11 @@ def outline_entries(doc: pypdfium2.PdfDocument) -> list[tuple[int, str, int]]:
     return entries
 
 
-def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[int, int] | None:
-    """(first line, lines taken) of the best match of `title` among lines[start:end]: one to
-    three consecutive lines whose text is at least `TITLE_MATCH` similar to it; failing that,
-    a line that starts with it (a title of `PREFIX_MIN_CHARS` or more), taking no line."""
+def _find_title(keys: _LineKeys, start: int, end: int, title: str) -> tuple[int, int] | None:
+    """(first line, lines taken) of the best match of `title` among lines[start:end] (compared
+    by their `keys`): one to three consecutive lines whose text is at least `TITLE_MATCH`
+    similar to it; failing that, a line that starts with it (a title of `PREFIX_MIN_CHARS` or
+    more), taking no line."""
     want = _key(title)
     if not want:
         return None
@@ -59,7 +75,7 @@ def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[in
     for i in range(start, end):
         joined = ""
         for j in range(i, min(i + 3, end)):
-            joined += _key(lines[j].text)
+            joined += keys[j]
             if len(joined) > 2 * len(want):
                 break
             if joined == want:
@@ -75,9 +91,7 @@ def _find_title(lines: list[Line], start: int, end: int, title: str) -> tuple[in
     if best is None and len(want) >= PREFIX_MIN_CHARS:
         # the title set on one line with something beside it ('Arrow Style and Size   First
         # Page'): its section starts there, the line kept as its text (0 lines taken)
-        return next(
-            ((i, 0) for i in range(start, end) if _key(lines[i].text).startswith(want)), None
-        )
+        return next(((i, 0) for i in range(start, end) if keys[i].startswith(want)), None)
     return None if best is None else (best[1], best[2])
 
 
@@ -100,6 +114,7 @@ def outline_headings(
     for i, line in enumerate(lines):
         first, _ = bounds.get(line.page, (i, i))
         bounds[line.page] = (first, i + 1)
+    keys = _LineKeys(lines)
     headings: list[Heading] = []
     cursor = found_count = 0
     for level, title, page_index in entries:
@@ -107,7 +122,7 @@ def outline_headings(
         if page not in bounds:
             continue
         first, end = bounds[page]
-        found = _find_title(lines, max(first, cursor), end, title)
+        found = _find_title(keys, max(first, cursor), end, title)
         if found is not None:
             shown = " ".join(ln.text for ln in lines[found[0] : found[0] + found[1]])
             heading = Heading(found[0], level, _numbered_title(shown, title), found[1])
