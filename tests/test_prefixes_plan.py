@@ -8,12 +8,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from section_index import docs_index
 
 from planner import InfeasiblePlanError
 from planner.prefixes import concurrency_left, max_prefixes, split_budgets
 from residency.corpus.model import Chunk
 from residency.errors import ConfigError
-from residency.index import Index, IndexOptions, build_index, open_index
+from residency.index import Index
 from residency.planning.build import PlanOptions, build_plan
 from residency.planning.grouping import co_asked, pack
 from residency.planning.multi import build_prefix_plan
@@ -144,13 +145,9 @@ def test_co_asked_pairs_follow_the_rank_weights() -> None:
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Index:
-    root = tmp_path_factory.mktemp("prefixes")
-    docs = root / "docs"
-    docs.mkdir()
     body = "\n\n".join(f"## {name} {{#{name}}}\n\n{text * 4}" for name, text in TOPICS.items())
-    (docs / "manual.md").write_text(f"# マニュアル {{#top}}\n\n概要。\n\n{body}\n", "utf-8")
-    build_index(docs, root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir))
-    return open_index(root / "index")
+    manual = f"# マニュアル {{#top}}\n\n概要。\n\n{body}\n"
+    return docs_index(tmp_path_factory.mktemp("prefixes"), {"manual.md": manual}, tokenizer_dir)
 
 
 def capacity(kv_tokens: int, window: int) -> CapacitySnapshot:

@@ -55,6 +55,7 @@ def sha(path: Path) -> str:
 
 
 def replace(path: Path, data: bytes) -> None:
+    """Write `data` to `path` the way `residency plan` does: temp file, then rename."""
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
