@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 from section_index import docs_index
+from test_planning import TOPICS as PLANNING_TOPICS
 
 from planner import InfeasiblePlanError
 from planner.prefixes import concurrency_left, max_prefixes, split_budgets
@@ -26,14 +27,8 @@ from residency.serve.context import ContextBuilder
 from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 
-TOPICS = {
-    "alarm": "警報が鳴ったら当番は十五分以内に監視室へ連絡し、主灯の状態を確認する。",
-    "wind": "風速十五メートルを超えたら屋外作業を中止し、雷鳴から三十分は再開しない。",
-    "battery": "蓄電池は五年ごとに交換し、交換後は電圧を記録簿に書く。",
-    "boat": "作業船は波高一メートル以下でのみ出航し、救命胴衣を必ず着用する。",
-    "paint": "灯塔の塗装は十年ごとに行い、色は白と赤の二色とする。",
-    "lens": "レンズは月に一度清掃し、ひびがあれば本部へ報告する。",
-}
+# The planning tests' manual, one section more.
+TOPICS = {**PLANNING_TOPICS, "lens": "レンズは月に一度清掃し、ひびがあれば本部へ報告する。"}
 LOG = [
     LogEntry(query="警報が鳴ったらどうする", count=40),
     LogEntry(query="風速何メートルで作業中止", count=25),
