@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -26,7 +28,7 @@ import pytest
 os.environ.setdefault("RESIDENCY_CACHE", str(Path(__file__).resolve().parent.parent / ".cache"))
 
 # tests/ is not a package: pytest (prepend import mode) puts this folder on sys.path.
-from vllm_pool import ServerSpec, VllmServerPool
+from vllm_pool import ServerSpec, VllmServerPool, group_by_server
 from vllm_server import REPO_ROOT, VllmServer, test_dtype_flag
 
 from planner.units import DTYPE_BYTES
@@ -36,6 +38,9 @@ from residency.cpu_dtype import choose_cpu_dtype, same_tokens_gib
 from residency.models import smollm2
 from residency.models.tiny import DENSE_SPEC, HYBRID_SPEC, TinyModelSpec, build_tiny_model
 from residency.models.tokenizer import ensure_tokenizer
+
+if TYPE_CHECKING:
+    from residency.tokenizer import LocalTokenizer
 
 # Everything in this process and the servers it starts stays offline.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -108,6 +113,22 @@ def tiny_tokenizer_dir() -> Path:
 def tokenizer_dir(tiny_tokenizer_dir: Path) -> Path:
     """The tiny tokenizer, under the name the planning and coverage tests use."""
     return tiny_tokenizer_dir
+
+
+@pytest.fixture(scope="session")
+def encoder(tiny_tokenizer_dir: Path) -> LocalTokenizer:
+    """The tiny tokenizer loaded once, for the tests that count tokens in process."""
+    from residency.tokenizer import LocalTokenizer
+
+    return LocalTokenizer(tiny_tokenizer_dir)
+
+
+@pytest.fixture(scope="session")
+def dead_upstream() -> Iterator[str]:
+    """A URL whose port is bound but not listening: every connection is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 def _build(spec: TinyModelSpec, name: str, tokenizer_dir: Path) -> Path:
@@ -240,6 +261,12 @@ def kv_events_spec(dense_model_dir: Path) -> ServerSpec:
     return ServerSpec(dense_model_dir, args, MAX_MODEL_LEN, name="dense-kv-events")
 
 
+@pytest.fixture(scope="module")
+def events_server(vllm_pool: VllmServerPool, kv_events_spec: ServerSpec) -> VllmServer:
+    """That server, for one module (not pinned: the pool may stop it between modules)."""
+    return vllm_pool.get(kv_events_spec)
+
+
 @pytest.fixture(scope="session")
 def kv_events_plan(
     vllm_pool: VllmServerPool, kv_events_spec: ServerSpec, tmp_path_factory: pytest.TempPathFactory
@@ -285,8 +312,15 @@ def _runs_the_cli(func: object, module: object, depth: int = 3) -> bool:
     )
 
 
+# The shared servers the pool may stop to start another (not pinned: 2-4 GB each): the modules
+# using one run back to back, so it starts once (tests/vllm_pool.py, `group_by_server`).
+UNPINNED_SERVERS = ("vllm_hybrid_server", "kv_events_spec")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `cli` every test that runs the CLI in a subprocess, directly or through a fixture."""
+    """Mark `cli` every test that runs the CLI in a subprocess, directly or through a fixture;
+    run the modules sharing an unpinned server back to back."""
+    items[:] = group_by_server(items, UNPINNED_SERVERS)  # type: ignore[arg-type]
     for item in items:
         module = getattr(item, "module", None)
         funcs: list[object] = [getattr(item, "function", None)]

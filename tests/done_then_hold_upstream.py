@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from stand_in_http import json_response, read_request
+from stand_in_http import json_response, serve
 
 HOLD_S = 2.0
 MODELS = b'{"object": "list", "data": [{"id": "hold", "object": "model"}]}'
@@ -19,34 +19,18 @@ EVENTS = (
 )
 
 
-async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            _, path, _ = await read_request(reader)
-            if path == b"/v1/chat/completions":
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                    b"transfer-encoding: chunked\r\n\r\n"
-                    + b"%x\r\n" % len(EVENTS)
-                    + EVENTS
-                    + b"\r\n"
-                )
-                await writer.drain()
-                await asyncio.sleep(HOLD_S)
-                writer.write(b"0\r\n\r\n")
-            else:
-                writer.write(json_response(MODELS if path == b"/v1/models" else b""))
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    writer.close()
-
-
-async def main(port: int) -> None:
-    server = await asyncio.start_server(_serve, "127.0.0.1", port)
-    async with server:
-        await server.serve_forever()
+async def _answer(_: bytes, path: bytes, __: bytes, writer: asyncio.StreamWriter) -> None:
+    if path == b"/v1/chat/completions":
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + b"%x\r\n" % len(EVENTS) + EVENTS + b"\r\n"
+        )
+        await writer.drain()
+        await asyncio.sleep(HOLD_S)
+        writer.write(b"0\r\n\r\n")
+    else:
+        writer.write(json_response(MODELS if path == b"/v1/models" else b""))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    serve(int(sys.argv[1]), _answer)

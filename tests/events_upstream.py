@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 
-from stand_in_http import json_response, read_request
+from stand_in_http import json_response, serve
 
 MODELS = b'{"object": "list", "data": [{"id": "events", "object": "model"}]}'
 ANSWER = json.dumps(
@@ -66,25 +66,16 @@ async def _answer(state: State, path: bytes, body: bytes) -> bytes:
     return MODELS if path == b"/v1/models" else b"{}"
 
 
-async def _serve(state: State, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            _, path, body = await read_request(reader)
-            writer.write(json_response(await _answer(state, path, body)))
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    writer.close()
-
-
-async def main(port: int, pub_port: int) -> None:
+def main(port: int, pub_port: int) -> None:
     config = {"enable_kv_cache_events": True, "publisher": "zmq",
               "endpoint": f"tcp://127.0.0.1:{pub_port}"}  # fmt: skip
     state = State(json.dumps({"0": config}).encode())
-    server = await asyncio.start_server(lambda r, w: _serve(state, r, w), "127.0.0.1", port)
-    async with server:
-        await server.serve_forever()
+
+    async def answer(_: bytes, path: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(json_response(await _answer(state, path, body)))
+
+    serve(port, answer)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), int(sys.argv[2])))
+    main(int(sys.argv[1]), int(sys.argv[2]))

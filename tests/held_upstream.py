@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 
-from stand_in_http import json_response, read_request
+from stand_in_http import json_response, serve
 
 MODELS = b'{"object": "list", "data": [{"id": "held", "object": "model"}]}'
 CHAT = json.dumps(
@@ -44,44 +44,32 @@ class Held:
         self.release.set()
         self.release = asyncio.Event()
 
-
-async def _serve(held: Held, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            method, path, body = await read_request(reader)
-            if path == b"/v1/chat/completions":
-                stream = json.loads(body).get("stream") is True
-                held.count += 1
-                try:
-                    await held.release.wait()
-                finally:
-                    held.count -= 1
-                if stream:
-                    writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                        b"content-length: %d\r\n\r\n" % len(EVENTS) + EVENTS
-                    )
-                else:
-                    writer.write(json_response(CHAT))
-            elif path == b"/held":
-                writer.write(json_response(json.dumps({"held": held.count}).encode()))
-            elif path == b"/release" and method == b"POST":
-                held.release_all()
-                writer.write(json_response(b"{}"))
+    async def answer(
+        self, method: bytes, path: bytes, body: bytes, writer: asyncio.StreamWriter
+    ) -> None:
+        """One request: a chat completion held until released, or the control endpoints."""
+        if path == b"/v1/chat/completions":
+            stream = json.loads(body).get("stream") is True
+            self.count += 1
+            try:
+                await self.release.wait()
+            finally:
+                self.count -= 1
+            if stream:
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"content-length: %d\r\n\r\n" % len(EVENTS) + EVENTS
+                )
             else:
-                writer.write(json_response(MODELS if path == b"/v1/models" else b""))
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    writer.close()
-
-
-async def main(port: int) -> None:
-    held = Held()
-    server = await asyncio.start_server(lambda r, w: _serve(held, r, w), "127.0.0.1", port)
-    async with server:
-        await server.serve_forever()
+                writer.write(json_response(CHAT))
+        elif path == b"/held":
+            writer.write(json_response(json.dumps({"held": self.count}).encode()))
+        elif path == b"/release" and method == b"POST":
+            self.release_all()
+            writer.write(json_response(b"{}"))
+        else:
+            writer.write(json_response(MODELS if path == b"/v1/models" else b""))
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1])))
+    serve(int(sys.argv[1]), Held().answer)

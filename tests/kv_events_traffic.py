@@ -5,14 +5,13 @@ requests sent past the router that evict a planned prefix."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import httpx
 import orjson
+from residency_cli import run_cli
 from router_server import RouterProcess
 from vllm_server import VllmServer
 
@@ -58,13 +57,10 @@ def plan_for_events(server: VllmServer, root: Path) -> Path:
         ServerTokenizer(server.base_url),
     )
     out = root / "plan.json"
-    done = subprocess.run(
-        [
-            sys.executable, "-m", "residency", "plan", "--server", server.base_url,
-            "--platform", "cpu", "--index", str(index_dir), "--log", str(EN_SAMPLE.queries),
-            "-o", str(out),
-        ],
-        capture_output=True, text=True, timeout=900,
+    done = run_cli(
+        "plan", "--server", server.base_url,
+        "--platform", "cpu", "--index", str(index_dir), "--log", str(EN_SAMPLE.queries),
+        "-o", str(out), timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return out

@@ -79,7 +79,7 @@ def metric(url: str, name: str) -> float | None:
 def wait_for(
     condition: Callable[[], bool],
     what: str,
-    timeout_s: float = 60.0,
+    timeout_s: float = 180.0,
     proc: subprocess.Popen[bytes] | None = None,
 ) -> None:
     """Poll `condition` until it holds; fail naming `what` after a generous deadline."""

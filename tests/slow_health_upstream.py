@@ -9,35 +9,25 @@ import asyncio
 import sys
 from pathlib import Path
 
-from stand_in_http import json_response, read_request
+from stand_in_http import json_response, serve
 
 LATE_S = 30.0  # far beyond the router's 5 s probe timeout
 MODELS = b'{"object": "list", "data": [{"id": "slow-health", "object": "model"}]}'
 
 
-async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flag: Path) -> None:
-    try:
-        while True:
-            _, path, _ = await read_request(reader)
-            if path == b"/health":
-                if flag.exists():
-                    await asyncio.sleep(LATE_S)
-                writer.write(json_response(b""))
-            elif path == b"/v1/models":
-                writer.write(json_response(MODELS))
-            else:
-                writer.write(json_response(b'{"error": "not found"}', b"404 Not Found"))
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    writer.close()
+def main(port: int, flag: Path) -> None:
+    async def answer(_: bytes, path: bytes, __: bytes, writer: asyncio.StreamWriter) -> None:
+        if path == b"/health":
+            if flag.exists():
+                await asyncio.sleep(LATE_S)
+            writer.write(json_response(b""))
+        elif path == b"/v1/models":
+            writer.write(json_response(MODELS))
+        else:
+            writer.write(json_response(b'{"error": "not found"}', b"404 Not Found"))
 
-
-async def main(port: int, flag: Path) -> None:
-    server = await asyncio.start_server(lambda r, w: _serve(r, w, flag), "127.0.0.1", port)
-    async with server:
-        await server.serve_forever()
+    serve(port, answer)
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), Path(sys.argv[2])))
+    main(int(sys.argv[1]), Path(sys.argv[2]))

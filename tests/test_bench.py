@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from residency_cli import run_cli
 from vllm_server import REPO_ROOT, VllmServer
 
 from residency.bench import (
@@ -33,13 +33,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def run_bench_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """`residency bench ARGS` through the CLI's own entry point."""
-    return subprocess.run(
-        [sys.executable, "-m", "residency", "bench", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO_ROOT,
-    )
+    return run_cli("bench", *args, timeout=timeout)
 
 
 def test_salt_replaces_the_last_tokens_and_keeps_the_length() -> None:
@@ -99,16 +93,10 @@ def dense_plan(
     work = tmp_path_factory.mktemp("bench-plan")
     tokenizer = tiny_tokenizer_dir
     build_index(CORPUS, work / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer))
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "residency", "plan", "--server", vllm_dense_server.base_url),
-            *("--platform", "cpu", "--index", str(work / "index"), "-o", str(work / "plan.json")),
-            *("--prefixes", "1"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO_ROOT,
+    done = run_cli(
+        *("plan", "--server", vllm_dense_server.base_url),
+        *("--platform", "cpu", "--index", str(work / "index"), "-o", str(work / "plan.json")),
+        *("--prefixes", "1"),
     )
     assert done.returncode == 0, done.stderr
     return work / "plan.json"

@@ -13,15 +13,14 @@ import os
 import random
 import shutil
 import signal
-import socket
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import cast
 
 import httpx
 import orjson
 import pytest
+from offline_router import wait_for
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 from residency_cli import run_cli
@@ -98,24 +97,10 @@ def test_min_recall_and_the_labelled_set_are_checked(tmp_path: Path) -> None:
         read_canary(torn)
 
 
-@pytest.fixture
-def dead_upstream() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
 def sample(router: RouterProcess, name: str, **labels: str) -> float | None:
     text = httpx.get(f"{router.base_url}/metrics", timeout=30).text
     found = [s for s in find_samples(parse_prometheus(text), name) if s.labels == labels]
     return found[0].value if found else None
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def test_recall_ok_flips_on_a_broken_index_within_one_period_and_back(

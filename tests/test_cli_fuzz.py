@@ -86,7 +86,7 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     config = root / "config.json"
     config.write_text(json.dumps(MODEL_CONFIG))
     plan = root / "plan.json"
-    done = subprocess_cli(
+    done = cli(
         "plan", "--model", str(config), *PLAN_FLAGS, "--index", str(index),
         "--log", str(EN_SAMPLE.queries), "--prefixes", "1", "-o", str(plan),
     )  # fmt: skip

@@ -75,11 +75,6 @@ def index(corpus: Path) -> Index:
     return open_index(corpus / "index")
 
 
-@pytest.fixture(scope="module")
-def encoder(tokenizer_dir: Path) -> LocalTokenizer:
-    return LocalTokenizer(tokenizer_dir)
-
-
 def questions() -> list[Question]:
     qs = [Question(query=q, relevant_ids=(g,), type=t) for q, g, t, _ in QUESTIONS]
     return [*qs, UNKNOWN]

@@ -255,3 +255,26 @@ def test_server_that_dies_fails_fast_with_its_log(
     with pytest.raises(VllmServerError, match="exited with code") as excinfo:
         private_vllm.private(ServerSpec(not_a_model, name="broken"))
     assert str(not_a_model) in str(excinfo.value)  # the log tail names the bad model dir
+
+
+def test_modules_sharing_an_unpinned_server_run_back_to_back() -> None:
+    from types import SimpleNamespace
+
+    from vllm_pool import group_by_server
+
+    def item(module: str, *fixtures: str) -> Any:
+        return SimpleNamespace(nodeid=f"tests/{module}.py::t", fixturenames=list(fixtures))
+
+    items = [
+        item("a", "hybrid"),
+        item("b"),
+        item("c", "events"),
+        item("d", "hybrid"),
+        item("d", "x"),
+        item("e"),
+        item("f", "events"),
+        item("g", "hybrid", "events"),
+    ]
+    ordered = group_by_server(items, ("hybrid", "events"))
+    assert [i.nodeid[6] for i in ordered] == list("addgbcfe")
+    assert sorted(map(id, ordered)) == sorted(map(id, items))  # every test kept, once

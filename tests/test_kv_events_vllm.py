@@ -23,18 +23,11 @@ from kv_events_traffic import (
     wait_for,
 )
 from router_server import RouterProcess
-from vllm_pool import ServerSpec, VllmServerPool
 from vllm_server import VllmServer
 
 from residency.planning.plan_model import read_plan
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture(scope="module")
-def events_server(vllm_pool: VllmServerPool, kv_events_spec: ServerSpec) -> VllmServer:
-    """The tiny dense model with KV events on and a 96-block cache (conftest)."""
-    return vllm_pool.get(kv_events_spec)
 
 
 @pytest.fixture(scope="module")

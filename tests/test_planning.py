@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 from residency_cli import run_cli
+from section_index import docs_index
 
 from planner import InfeasiblePlanError
 from residency.errors import ConfigError
-from residency.index import Index, IndexOptions, build_index, open_index
+from residency.index import Index
 from residency.planning.build import PlanOptions, build_plan, log_mass
 from residency.planning.plan_model import CapacitySnapshot, read_plan, write_plan
 from residency.planning.prefix import hash_token_ids
@@ -28,15 +29,13 @@ TOPICS = {
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Index:
-    root = tmp_path_factory.mktemp("planning")
-    docs = root / "docs"
-    docs.mkdir()
     body = "\n\n".join(f"## {name} {{#{name}}}\n\n{text * 3}" for name, text in TOPICS.items())
-    (docs / "manual.md").write_text(f"# マニュアル {{#top}}\n\n概要。\n\n{body}\n", "utf-8")
     long_text = "".join(f"第{i}項。保守記録の詳細な手順をここに書く。" for i in range(300))
-    (docs / "long.md").write_text(f"# 長い手順 {{#long}}\n\n{long_text}\n", "utf-8")
-    build_index(docs, root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir))
-    return open_index(root / "index")
+    files = {
+        "manual.md": f"# マニュアル {{#top}}\n\n概要。\n\n{body}\n",
+        "long.md": f"# 長い手順 {{#long}}\n\n{long_text}\n",
+    }
+    return docs_index(tmp_path_factory.mktemp("planning"), files, tokenizer_dir)
 
 
 def capacity(budget: int, *, hybrid: bool = False, block: int = 16) -> CapacitySnapshot:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import httpx
 import orjson
 import pytest
 from conftest import HYBRID_SERVER_ARGS
+from residency_cli import run_cli
 from router_server import RouterProcess
 from vllm_pool import ServerSpec, VllmServerPool
 from vllm_server import VllmServer
@@ -144,9 +144,7 @@ def test_planner_count_of_hybrid_prefixes_is_what_vllm_keeps(
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "residency", *args], capture_output=True, text=True, timeout=900
-    )
+    return run_cli(*args, timeout=900)
 
 
 def test_four_hybrid_prefixes_warm_and_every_request_finds_its_prefix_cached(

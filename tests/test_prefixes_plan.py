@@ -8,6 +8,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from section_index import docs_index
+from test_planning import TOPICS as PLANNING_TOPICS
 
 from planner import InfeasiblePlanError
 from planner.prefixes import concurrency_left, max_prefixes, split_budgets
@@ -16,7 +18,7 @@ from residency.context.routing import choose_prefix
 from residency.context.settings import ContextSettings
 from residency.corpus.model import Chunk
 from residency.errors import ConfigError
-from residency.index import Index, IndexOptions, build_index, open_index
+from residency.index import Index
 from residency.planning.build import PlanOptions, build_plan
 from residency.planning.grouping import co_asked, pack
 from residency.planning.multi import build_prefix_plan
@@ -25,14 +27,8 @@ from residency.planning.run import index_closeness
 from residency.query_log import LogEntry
 from residency.tokenizer import LocalTokenizer
 
-TOPICS = {
-    "alarm": "警報が鳴ったら当番は十五分以内に監視室へ連絡し、主灯の状態を確認する。",
-    "wind": "風速十五メートルを超えたら屋外作業を中止し、雷鳴から三十分は再開しない。",
-    "battery": "蓄電池は五年ごとに交換し、交換後は電圧を記録簿に書く。",
-    "boat": "作業船は波高一メートル以下でのみ出航し、救命胴衣を必ず着用する。",
-    "paint": "灯塔の塗装は十年ごとに行い、色は白と赤の二色とする。",
-    "lens": "レンズは月に一度清掃し、ひびがあれば本部へ報告する。",
-}
+# The planning tests' manual, one section more.
+TOPICS = {**PLANNING_TOPICS, "lens": "レンズは月に一度清掃し、ひびがあれば本部へ報告する。"}
 LOG = [
     LogEntry(query="警報が鳴ったらどうする", count=40),
     LogEntry(query="風速何メートルで作業中止", count=25),
@@ -144,13 +140,9 @@ def test_co_asked_pairs_follow_the_rank_weights() -> None:
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Index:
-    root = tmp_path_factory.mktemp("prefixes")
-    docs = root / "docs"
-    docs.mkdir()
     body = "\n\n".join(f"## {name} {{#{name}}}\n\n{text * 4}" for name, text in TOPICS.items())
-    (docs / "manual.md").write_text(f"# マニュアル {{#top}}\n\n概要。\n\n{body}\n", "utf-8")
-    build_index(docs, root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir))
-    return open_index(root / "index")
+    manual = f"# マニュアル {{#top}}\n\n概要。\n\n{body}\n"
+    return docs_index(tmp_path_factory.mktemp("prefixes"), {"manual.md": manual}, tokenizer_dir)
 
 
 def capacity(kv_tokens: int, window: int) -> CapacitySnapshot:

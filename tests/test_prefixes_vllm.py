@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from residency_cli import run_cli
 from router_server import RouterProcess
 from vllm_server import VllmServer
 
@@ -32,12 +33,7 @@ HTTP_TIMEOUT_S = 300.0
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "residency", *args],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    return run_cli(*args, timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from residency_cli import run_cli
 
 from residency.errors import ConfigError
 from residency.index import IndexOptions, build_index
@@ -88,12 +87,9 @@ def test_plan_from_two_routers_logs_records_each_file(tmp_path: Path) -> None:
                 for i in range(n)
             ],
         )
-    out = subprocess.run(
-        [
-            sys.executable, "-m", "residency", "plan", "--index", str(tmp_path / "index"),
-            "--log", str(tmp_path / "logs/router-*.jsonl"), "-o", str(tmp_path / "plan.json"),
-        ],
-        capture_output=True, text=True, timeout=300,
+    out = run_cli(
+        "plan", "--index", str(tmp_path / "index"),
+        "--log", str(tmp_path / "logs/router-*.jsonl"), "-o", str(tmp_path / "plan.json"),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "from 2 logs (router-a.jsonl 3 lines, router-b.jsonl 2 lines)" in out.stdout

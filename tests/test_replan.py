@@ -10,13 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import random
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from offline_router import wait_for
 from residency_cli import run_cli
 from router_server import RouterProcess
 
@@ -103,15 +102,6 @@ def test_a_replan_after_the_shift_covers_as_a_hand_plan_and_a_stationary_one_gai
     assert shifted.gain > 0.1
 
 
-@pytest.fixture
-def dead_upstream() -> Iterator[str]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
 def replans(router: RouterProcess, decision: str) -> float:
     text = httpx.get(f"{router.base_url}/metrics", timeout=30).text
     found = find_samples(parse_prometheus(text), "residency_router_replans_total")
@@ -126,13 +116,6 @@ def gauge(router: RouterProcess, name: str, **labels: str) -> float:
 
 def served_sha(router: RouterProcess) -> str:
     return str(httpx.get(f"{router.base_url}/health", timeout=10).json()["plan_sha256"])
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_a_router_swaps_in_the_replan_after_the_shift_and_not_before(

@@ -26,7 +26,6 @@ from kv_events_traffic import (
 from residency_cli import run_cli
 from router_server import RouterProcess
 from test_deploy import NAME, dashboard_exprs, rule_exprs
-from vllm_pool import ServerSpec, VllmServerPool
 from vllm_server import VllmServer
 
 from residency.planning.plan_model import read_plan
@@ -34,11 +33,6 @@ from residency.status.model import ResidencyStatus
 from residency.vllm_client import parse_prometheus
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture(scope="module")
-def events_server(vllm_pool: VllmServerPool, kv_events_spec: ServerSpec) -> VllmServer:
-    return vllm_pool.get(kv_events_spec)
 
 
 @pytest.fixture(scope="module")

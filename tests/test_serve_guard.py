@@ -59,14 +59,6 @@ def offline_plan(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: P
 
 
 @pytest.fixture(scope="module")
-def dead_upstream() -> Iterator[str]:
-    """A URL whose port is bound but not listening: every connection is refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
-@pytest.fixture(scope="module")
 def router(
     offline_plan: Path, dead_upstream: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RouterProcess]:

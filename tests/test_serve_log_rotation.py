@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -38,16 +37,9 @@ def plan(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> 
     return offline_plan(tmp_path_factory.mktemp("rotation"), tiny_tokenizer_dir)
 
 
-@pytest.fixture(scope="module")
-def closed_port() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
 @pytest.fixture
-def router(plan: Path, closed_port: str, tmp_path: Path) -> Iterator[RouterProcess]:
-    with RouterProcess(plan, [closed_port], tmp_path, ARGS).start(require_healthy=False) as r:
+def router(plan: Path, dead_upstream: str, tmp_path: Path) -> Iterator[RouterProcess]:
+    with RouterProcess(plan, [dead_upstream], tmp_path, ARGS).start(require_healthy=False) as r:
         yield r
 
 

@@ -8,14 +8,12 @@ import hashlib
 import os
 import shutil
 import signal
-import socket
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+from offline_router import wait_for
 from residency_cli import run_cli
 from router_server import RouterProcess
 from vllm_server import REPO_ROOT
@@ -52,19 +50,12 @@ def plans(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) ->
     return out
 
 
-@pytest.fixture(scope="module")
-def dead_upstream() -> Iterator[str]:
-    """A URL whose port is bound but not listening."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{s.getsockname()[1]}"
-
-
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def replace(path: Path, data: bytes) -> None:
+    """Write `data` to `path` the way `residency plan` does: temp file, then rename."""
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)
@@ -78,13 +69,6 @@ def reloads(router: RouterProcess, result: str) -> float:
     text = httpx.get(f"{router.base_url}/metrics", timeout=10).text
     found = find_samples(parse_prometheus(text), "residency_router_plan_reloads_total")
     return sum(s.value for s in found if s.labels == {"result": result})
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def lines(router: RouterProcess, needle: str) -> list[str]:

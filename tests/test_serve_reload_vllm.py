@@ -8,7 +8,6 @@ first few hundred tokens: a request finds B's prefix cached only if the reload w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ import httpx
 import pytest
 from residency_cli import run_cli
 from router_server import RouterProcess
+from test_serve_reload import replace, sha
 from vllm_server import REPO_ROOT, VllmServer
 
 from residency.context.headers import PREFIX_HEADER
@@ -72,17 +72,6 @@ def plans(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return out
-
-
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def replace(path: Path, data: bytes) -> None:
-    """Write `data` to `path` the way `residency plan` does: temp file, then rename."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def health(router: RouterProcess) -> dict[str, Any]:

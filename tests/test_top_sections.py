@@ -67,11 +67,6 @@ def index(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: Path) -> Inde
     return section_index(tmp_path_factory.mktemp("top-sections"), SECTIONS, tokenizer_dir)
 
 
-@pytest.fixture(scope="module")
-def encoder(tokenizer_dir: Path) -> LocalTokenizer:
-    return LocalTokenizer(tokenizer_dir)
-
-
 @dataclass(frozen=True)
 class Hit:
     id: str
