@@ -45,12 +45,22 @@ def write_log(path: Path, lines: int) -> Path:
     with tmp.open("wb") as f:
         for i in range(lines):
             record = {
-                "query": questions[i % len(questions)], "count": 1,
-                "ts": "2026-12-07T10:00:00Z", "endpoint": "chat", "route": "resident",
-                "prefix": "p0", "retrieved": ["manual-1"], "chunks": [], "outcome": "ok",
-                "source": f"addr:{i % 1000:012d}", "status_code": 200, "prompt_tokens": 900,
-                "cached_tokens": 880, "retrieval_ms": 1.2, "total_ms": 210.0,
-            }  # fmt: skip
+                "query": questions[i % len(questions)],
+                "count": 1,
+                "ts": "2026-12-07T10:00:00Z",
+                "endpoint": "chat",
+                "route": "resident",
+                "prefix": "p0",
+                "retrieved": ["manual-1"],
+                "chunks": [],
+                "outcome": "ok",
+                "source": f"addr:{i % 1000:012d}",
+                "status_code": 200,
+                "prompt_tokens": 900,
+                "cached_tokens": 880,
+                "retrieval_ms": 1.2,
+                "total_ms": 210.0,
+            }
             f.write(orjson.dumps(record) + b"\n")
     tmp.rename(path)
     return path
@@ -66,10 +76,24 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def make_plan(index: Path, out: Path, prefixes: str | None) -> Path:
     more = ["--prefixes", prefixes] if prefixes else []
     done = subprocess.run(
-        [sys.executable, "-m", "residency", "plan", "--index", str(index),
-         "--max-model-len", "8192", *more, "-o", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "residency",
+            "plan",
+            "--index",
+            str(index),
+            "--max-model-len",
+            "8192",
+            *more,
+            "-o",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return out
 

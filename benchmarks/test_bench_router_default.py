@@ -82,10 +82,22 @@ def plan_and_index(
     build_index(SAMPLE / "docs", index, IndexOptions(), LocalTokenizer(tiny_tokenizer_dir), None)
     out = tmp / "plan.json"
     done = subprocess.run(
-        [sys.executable, "-m", "residency", "plan", "--index", str(index),
-         "--max-model-len", "32768", "-o", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "residency",
+            "plan",
+            "--index",
+            str(index),
+            "--max-model-len",
+            "32768",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return out, index
 

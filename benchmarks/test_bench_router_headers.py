@@ -52,10 +52,22 @@ def plan(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> 
     )
     out = tmp / "plan.json"
     done = subprocess.run(
-        [sys.executable, "-m", "residency", "plan", "--index", str(tmp / "index"),
-         "--max-model-len", "32768", "-o", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "residency",
+            "plan",
+            "--index",
+            str(tmp / "index"),
+            "--max-model-len",
+            "32768",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return out
 

@@ -26,9 +26,18 @@ from residency.cli.help import ResidencyCommand, ResidencyGroup, use_readable_he
 from residency.errors import USER_ERRORS
 
 _COMMANDS = (
-    "plan", "profiles", "index", "eval", "corpus", "model", "warm", "serve", "status", "bench",
+    "plan",
+    "profiles",
+    "index",
+    "eval",
+    "corpus",
+    "model",
+    "warm",
+    "serve",
+    "status",
+    "bench",
     "demo",
-)  # fmt: skip
+)
 _GROUPS = frozenset({"eval", "corpus", "model"})
 _HERE = Path(__file__).parent
 

@@ -71,9 +71,13 @@ def hybrid_pool(capacity: CapacitySnapshot) -> tuple[HybridPool, int] | None:
     if bp is None or not capacity.is_hybrid:
         return None
     pool = HybridPool(
-        bp.num_blocks, capacity.block_size, bp.attention_groups, bp.state_groups,
-        bp.prefill_chunk_tokens, bp.retention_interval,
-    )  # fmt: skip
+        bp.num_blocks,
+        capacity.block_size,
+        bp.attention_groups,
+        bp.state_groups,
+        bp.prefill_chunk_tokens,
+        bp.retention_interval,
+    )
     concurrency = capacity.concurrent_requests or 1
     return pool, pool_headroom_blocks(pool, concurrency, capacity.per_request_tokens or 0)
 

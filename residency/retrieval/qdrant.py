@@ -243,14 +243,20 @@ class QdrantSearch:
         limit = n + TIE_SLACK
         paths = [
             models.QueryRequest(
-                query=dense, using=self.vector_name, limit=limit, filter=qfilter,
+                query=dense,
+                using=self.vector_name,
+                limit=limit,
+                filter=qfilter,
                 with_payload=_PAYLOAD,
             ),
             models.QueryRequest(
-                query=sparse, using=SPARSE_VECTOR, limit=limit, filter=qfilter,
+                query=sparse,
+                using=SPARSE_VECTOR,
+                limit=limit,
+                filter=qfilter,
                 with_payload=_PAYLOAD,
             ),
-        ]  # fmt: skip
+        ]
         requests = list(paths)
         if fused is not None:
             weights, rrf_k, k = fused
@@ -264,18 +270,19 @@ class QdrantSearch:
             requests.append(
                 models.QueryRequest(
                     prefetch=[
-                        models.Prefetch(query=dense, using=self.vector_name, limit=n,
-                                        filter=qfilter),
-                        models.Prefetch(query=sparse, using=SPARSE_VECTOR, limit=n,
-                                        filter=qfilter),
+                        models.Prefetch(
+                            query=dense, using=self.vector_name, limit=n, filter=qfilter
+                        ),
+                        models.Prefetch(query=sparse, using=SPARSE_VECTOR, limit=n, filter=qfilter),
                     ],
                     # k + 1: Qdrant's rank term is (r + k - 1), Cormack's (r + k).
                     query=models.RrfQuery(
                         rrf=models.Rrf(k=rrf_k + 1, weights=None if w[0] == w[1] else w)
                     ),
-                    limit=k, with_payload=_PAYLOAD,
+                    limit=k,
+                    with_payload=_PAYLOAD,
                 )
-            )  # fmt: skip
+            )
         responses = self._run(requests)
         out = {
             "dense": self._hits(responses[0], n, positive=False),
@@ -337,12 +344,14 @@ class QdrantHybrid:
         scores = {name: {h.id: h.score for h in hits} for name, hits in lists.items()}
         return lists, [
             FusedHit(
-                h.id, h.score, h.rank,
+                h.id,
+                h.score,
+                h.rank,
                 {p: r[h.id] for p, r in ranks.items() if h.id in r},
                 {p: s[h.id] for p, s in scores.items() if h.id in s},
             )
             for h in server
-        ]  # fmt: skip
+        ]
 
     def search(
         self,
