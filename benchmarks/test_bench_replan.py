@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from cli_plan import plan_with_cli
 
 from residency.corpus.samples import EN_SAMPLE
 from residency.index import IndexOptions, build_index
@@ -75,27 +76,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def make_plan(index: Path, out: Path, prefixes: str | None) -> Path:
     more = ["--prefixes", prefixes] if prefixes else []
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "residency",
-            "plan",
-            "--index",
-            str(index),
-            "--max-model-len",
-            "8192",
-            *more,
-            "-o",
-            str(out),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return out
+    return plan_with_cli(index, out, 8192, *more, cwd=REPO_ROOT, timeout_s=None)
 
 
 # forced: one prefix; auto: a plan whose prefix count `residency plan` chose. Re-planning keeps
