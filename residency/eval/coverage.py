@@ -41,7 +41,7 @@ once and scores every resident set on the same rankings.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from residency.corpus.model import Chunk, Section
@@ -52,11 +52,11 @@ from residency.eval.coverage_report import (
     RowAcrossSeeds,
     SeedStat,
     StrategyResult,
+    rescued_of_rag,
 )
 from residency.eval.dated import DatedPinning, dated_pinning
 from residency.eval.defaults import DEFAULT_PREFETCH
 from residency.eval.hops import PivotRankings
-from residency.eval.outcome import Outcome, question_outcome, summarize
 from residency.eval.questions import UNTYPED, Question
 from residency.eval.traffic import TrafficStats
 from residency.index import Index, manifest_hash
@@ -65,6 +65,8 @@ from residency.planning.prefix import render_passage
 from residency.retrieval import FusedHit
 from residency.routing import (
     PrefixRoutes,
+    Route,
+    RoutedQuestion,
     RoutingSettings,
     route_question,
 )
@@ -142,6 +144,25 @@ class ResidentSet:
         return settings.model_copy(update={"k": self.k})
 
 
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One question under one resident set."""
+
+    route: Route
+    in_prefix: bool
+    retrieved: bool  # not in prefix, and a gold chunk was added
+    added_chunks: int
+    added_tokens: int
+    all_visible: bool = False  # every gold section visible (questions that need several)
+    prompt_tokens: int = 0  # the routed prefix + added chunks + the question
+    uncached_tokens: int = 0  # added chunks + the question (the prefix is cached)
+
+    @property
+    def covered(self) -> bool:
+        """Gold evidence visible to the generator."""
+        return self.in_prefix or self.retrieved
+
+
 def render_chunk(section: Section, chunk: Chunk) -> str:
     """A retrieved chunk as the router renders it: section header and source, chunk text."""
     return render_passage(section, chunk.text, chunk.start_char)
@@ -152,6 +173,55 @@ def chunk_token_counts(index: Index, encoder: ModelTokenizer) -> dict[str, int]:
     return {
         c.id: encoder.count(render_chunk(index.section(c.section_id), c)) + 1 for c in index.chunks
     }
+
+
+def question_outcome(
+    routed: RoutedQuestion,
+    resident: Collection[str],
+    gold_sections: Sequence[Collection[str]],
+    tokens: Mapping[str, int],
+    *,
+    pinned: Collection[str] = (),
+    pinned_tokens: int = 0,
+) -> Outcome:
+    """Whether one routed question's gold evidence is visible, and at what cost (`resident`:
+    the chunks of the prefix it went out with; `gold_sections`: the chunks of each gold
+    section; `pinned`: the chunks of the dated sections pinned whole, costing `pinned_tokens`)."""
+    added = routed.chunk_ids
+    visible = {*added, *pinned}
+    gold = {c for chunks in gold_sections for c in chunks}
+    in_prefix = any(c in resident for c in gold)
+    retrieved = not in_prefix and any(c in gold for c in visible)
+    all_visible = bool(gold_sections) and all(
+        any(c in resident or c in visible for c in chunks) for chunks in gold_sections
+    )
+    cost = sum(tokens[c] for c in added) + pinned_tokens
+    n_pinned = len(routed.dated_section_ids)
+    return Outcome(routed.route, in_prefix, retrieved, len(added) + n_pinned, cost, all_visible)
+
+
+def summarize(outcomes: Sequence[Outcome]) -> CoverageMetrics:
+    """Aggregate per-question outcomes (zeros for an empty set)."""
+    n = len(outcomes)
+    in_prefix = sum(o.in_prefix for o in outcomes)
+    retrieved = sum(o.retrieved for o in outcomes)
+    long_tail = n - in_prefix
+    share = (lambda x: x / n) if n else (lambda x: 0.0)
+    return CoverageMetrics(
+        questions=n,
+        coverage=share(in_prefix + retrieved),
+        coverage_all=share(sum(o.all_visible for o in outcomes)),
+        resident_share=share(in_prefix),
+        retrieved_share=share(retrieved),
+        long_tail_questions=long_tail,
+        long_tail_recall=retrieved / long_tail if long_tail else None,
+        route_resident_share=share(sum(o.route == "resident" for o in outcomes)),
+        misrouted=sum(1 for o in outcomes if not o.covered and o.route == "resident"),
+        mean_added_chunks=share(sum(o.added_chunks for o in outcomes)),
+        mean_added_tokens=share(sum(o.added_tokens for o in outcomes)),
+        mean_prompt_tokens=share(sum(o.prompt_tokens for o in outcomes)),
+        mean_uncached_tokens=share(sum(o.uncached_tokens for o in outcomes)),
+    )
 
 
 def rank_queries(
@@ -257,24 +327,6 @@ def _result(
         overall=summarize(outcomes),
         by_type={t: summarize(o) for t, o in sorted(by_type.items())},
         covered_mask=tuple(o.covered for o in outcomes),
-    )
-
-
-def rescued_of_rag(
-    rows: Sequence[StrategyResult], baseline: str = "rag-top5"
-) -> tuple[StrategyResult, ...]:
-    """Each row with the share of `baseline`'s misses it covers (same questions, same order)."""
-    base = next((r for r in rows if r.name == baseline), None)
-    if base is None:
-        return tuple(rows)
-    missed = [i for i, covered in enumerate(base.covered_mask) if not covered]
-    if not missed:
-        return tuple(rows)
-    return tuple(
-        r.model_copy(
-            update={"rag_misses_rescued": sum(r.covered_mask[i] for i in missed) / len(missed)}
-        )
-        for r in rows
     )
 
 
