@@ -40,8 +40,14 @@ def main(log: Path, index_dir: Path, plan_path: Path, window: int, mode: str) ->
     judged = replan(plan, index, "bm25", encoder_of(plan, None), read, log)
     seconds = time.perf_counter() - started
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = {"seconds": seconds, "read_s": read_s, "rss_before_mb": before, "peak_rss_mb": peak,
-           "questions": judged.questions, "gain": judged.gain}  # fmt: skip
+    out = {
+        "seconds": seconds,
+        "read_s": read_s,
+        "rss_before_mb": before,
+        "peak_rss_mb": peak,
+        "questions": judged.questions,
+        "gain": judged.gain,
+    }
     print(orjson.dumps(out).decode())
 
 

@@ -83,24 +83,61 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int,
     build_index(EN_SAMPLE.docs, root / "index", IndexOptions(dense=False), ApproxTokenizer(), None)
     plan = root / "plan.json"
     subprocess.run(
-        [sys.executable, "-m", "residency", "plan", "--index", str(root / "index"),
-         "--max-model-len", "8192", "--prefixes", "1", "-o", str(plan)],
-        cwd=REPO_ROOT, check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "residency",
+            "plan",
+            "--index",
+            str(root / "index"),
+            "--max-model-len",
+            "8192",
+            "--prefixes",
+            "1",
+            "-o",
+            str(plan),
+        ],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
     http_port, pub_port, port = free_port(), free_port(), free_port()
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 100_000)
     pub.bind(f"tcp://127.0.0.1:{pub_port}")
-    up = subprocess.Popen([sys.executable, str(REPO_ROOT / "tests" / "events_upstream.py"),
-                           str(http_port), str(pub_port)])  # fmt: skip
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO_ROOT / "tests" / "events_upstream.py"),
+            str(http_port),
+            str(pub_port),
+        ]
+    )
     log = (root / "router.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "residency", "serve", "--plan", str(plan), "--port", str(port),
-         "--upstream", f"http://127.0.0.1:{http_port}", "--no-warm", "--retriever", "bm25",
-         "--no-log", "--health-interval", "1"],
-        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "residency",
+            "serve",
+            "--plan",
+            str(plan),
+            "--port",
+            str(port),
+            "--upstream",
+            f"http://127.0.0.1:{http_port}",
+            "--no-warm",
+            "--retriever",
+            "bm25",
+            "--no-log",
+            "--health-interval",
+            "1",
+        ],
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -135,10 +172,15 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int,
 
 def batch(hashes: list[bytes], per_event: int = 1) -> bytes:
     events = [
-        {"type": "BlockStored", "block_hashes": hashes[i : i + per_event],
-         "parent_block_hash": None, "token_ids": [], "block_size": 16}
+        {
+            "type": "BlockStored",
+            "block_hashes": hashes[i : i + per_event],
+            "parent_block_hash": None,
+            "token_ids": [],
+            "block_size": 16,
+        }
         for i in range(0, len(hashes), per_event)
-    ]  # fmt: skip
+    ]
     return msgspec.msgpack.encode([time.time(), events, 0])
 
 
@@ -176,22 +218,27 @@ def test_health_and_rss_under_a_kv_event_flood(
     url, pid, send = router
     before = rss_mb(pid)
     floods: dict[str, Callable[[], Callable[[Callable[[bytes], None]], None]]] = {
-        "baseline": lambda: lambda _: time.sleep(5), "five-24mb-batches": big_batches,
+        "baseline": lambda: lambda _: time.sleep(5),
+        "five-24mb-batches": big_batches,
         "hash-flood": hash_flood,
-    }  # fmt: skip
+    }
     flood = floods[case]()
     with HealthProbe(url) as probe:
         benchmark.pedantic(flood, args=(send,), rounds=1, iterations=1)
         time.sleep(2)  # what was queued is applied meanwhile
     after, peak = rss_mb(pid), rss_mb(pid, "VmHWM")
     info = {
-        "health_p50_ms": probe.p(50), "health_p99_ms": probe.p(99),
-        "health_max_ms": max(probe.ms), "probes": len(probe.ms),
-        "rss_before_mb": before, "rss_after_mb": after, "rss_peak_mb": peak,
+        "health_p50_ms": probe.p(50),
+        "health_p99_ms": probe.p(99),
+        "health_max_ms": max(probe.ms),
+        "probes": len(probe.ms),
+        "rss_before_mb": before,
+        "rss_after_mb": after,
+        "rss_peak_mb": peak,
         "batches": metric(url, "residency_router_kv_event_batches_total"),
         "skipped": metric(url, "residency_router_kv_event_errors_total"),
         "hashes": metric(url, "residency_router_kv_event_hashes"),
-    }  # fmt: skip
+    }
     benchmark.extra_info.update(info)
     print(f"\n{case}: " + ", ".join(f"{k} {v:.1f}" for k, v in info.items()))
     assert info["health_p99_ms"] <= P99_LIMIT_MS

@@ -69,9 +69,12 @@ def events_plan(events_server: VllmServer, tmp_path_factory: pytest.TempPathFact
 
 @pytest.mark.parametrize("traffic", ["past-router", "through-router"])
 def test_replay_events_against_the_heuristic(
-    events_server: VllmServer, events_plan: Path, tmp_path: Path, traffic: str,
+    events_server: VllmServer,
+    events_plan: Path,
+    tmp_path: Path,
+    traffic: str,
     record_property: Callable[[str, object], None],
-) -> None:  # fmt: skip
+) -> None:
     plan = read_plan(events_plan)
     assert plan.arithmetic is not None
     # More than the plan's headroom: each request of other traffic evicts planned blocks too,
@@ -92,14 +95,18 @@ def test_replay_events_against_the_heuristic(
             args = (*args, "--kv-events", "off")
         with RouterProcess(events_plan, [events_server.base_url], tmp_path, args) as router:
             if mode == "events":
-                wait_for(lambda r=router: events_ready(r, len(plan.all_prefixes())),
-                         "every prefix whole from the events")  # fmt: skip
+                wait_for(
+                    lambda r=router: events_ready(r, len(plan.all_prefixes())),
+                    "every prefix whole from the events",
+                )
             figures[mode] = replay(router, events_server, words, traffic == "past-router", GAP_S)
     record_property("replay", figures)
     sizes = [p.tokens for p in plan.all_prefixes()]
     headroom = plan.arithmetic.headroom_tokens
-    print(f"\nreplay {traffic}: prefixes {sizes} tokens, headroom {headroom}, other traffic "
-          f"{other} tokens, {GAP_S} s between requests: {figures}")  # fmt: skip
+    print(
+        f"\nreplay {traffic}: prefixes {sizes} tokens, headroom {headroom}, other traffic "
+        f"{other} tokens, {GAP_S} s between requests: {figures}"
+    )
     events, heuristic = figures["events"], figures["heuristic"]
     assert events["evictions_seen"] >= 1, figures  # the traffic did evict planned prefixes
     assert events["short"] <= heuristic["short"], figures

@@ -32,11 +32,20 @@ WINDOW = 8_000  # four windows hold most of the ~36K-token sample
 
 def _capacity() -> CapacitySnapshot:
     return CapacitySnapshot(
-        model="bench", host="bench", max_model_len=WINDOW + 3_392, kv_cache_tokens=4 * WINDOW
-        + 3_456, block_size=16, is_hybrid=False, resident_budget_tokens=WINDOW,
-        binding_constraint="max_model_len", reasoning="bench", context_limit_tokens=WINDOW,
-        concurrency_reserve_tokens=3_456, concurrent_requests=1, per_request_tokens=3_392,
-    )  # fmt: skip
+        model="bench",
+        host="bench",
+        max_model_len=WINDOW + 3_392,
+        kv_cache_tokens=4 * WINDOW + 3_456,
+        block_size=16,
+        is_hybrid=False,
+        resident_budget_tokens=WINDOW,
+        binding_constraint="max_model_len",
+        reasoning="bench",
+        context_limit_tokens=WINDOW,
+        concurrency_reserve_tokens=3_456,
+        concurrent_requests=1,
+        per_request_tokens=3_392,
+    )
 
 
 def _builders(

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 import pytest
+from cli_plan import plan_with_cli
 
 from residency.corpus.samples import EN_SAMPLE
 from residency.index import IndexOptions, build_index
@@ -45,12 +46,22 @@ def write_log(path: Path, lines: int) -> Path:
     with tmp.open("wb") as f:
         for i in range(lines):
             record = {
-                "query": questions[i % len(questions)], "count": 1,
-                "ts": "2026-12-07T10:00:00Z", "endpoint": "chat", "route": "resident",
-                "prefix": "p0", "retrieved": ["manual-1"], "chunks": [], "outcome": "ok",
-                "source": f"addr:{i % 1000:012d}", "status_code": 200, "prompt_tokens": 900,
-                "cached_tokens": 880, "retrieval_ms": 1.2, "total_ms": 210.0,
-            }  # fmt: skip
+                "query": questions[i % len(questions)],
+                "count": 1,
+                "ts": "2026-12-07T10:00:00Z",
+                "endpoint": "chat",
+                "route": "resident",
+                "prefix": "p0",
+                "retrieved": ["manual-1"],
+                "chunks": [],
+                "outcome": "ok",
+                "source": f"addr:{i % 1000:012d}",
+                "status_code": 200,
+                "prompt_tokens": 900,
+                "cached_tokens": 880,
+                "retrieval_ms": 1.2,
+                "total_ms": 210.0,
+            }
             f.write(orjson.dumps(record) + b"\n")
     tmp.rename(path)
     return path
@@ -65,13 +76,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def make_plan(index: Path, out: Path, prefixes: str | None) -> Path:
     more = ["--prefixes", prefixes] if prefixes else []
-    done = subprocess.run(
-        [sys.executable, "-m", "residency", "plan", "--index", str(index),
-         "--max-model-len", "8192", *more, "-o", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return out
+    return plan_with_cli(index, out, 8192, *more, cwd=REPO_ROOT, timeout_s=None)
 
 
 # forced: one prefix; auto: a plan whose prefix count `residency plan` chose. Re-planning keeps

@@ -77,12 +77,28 @@ def events_server(
 def plan_at(server: VllmServer, index_dir: Path, share: float, out: Path) -> Path:
     done = subprocess.run(
         [
-            sys.executable, "-m", "residency", "plan", "--server", server.base_url,
-            "--platform", "cpu", "--index", str(index_dir), "--log", str(EN_SAMPLE.queries),
-            "--max-resident-share", str(share), "-o", str(out),
+            sys.executable,
+            "-m",
+            "residency",
+            "plan",
+            "--server",
+            server.base_url,
+            "--platform",
+            "cpu",
+            "--index",
+            str(index_dir),
+            "--log",
+            str(EN_SAMPLE.queries),
+            "--max-resident-share",
+            str(share),
+            "-o",
+            str(out),
         ],
-        capture_output=True, text=True, timeout=900, cwd=REPO_ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -106,9 +122,11 @@ def test_resident_share_against_hit_ratio_and_ttft(
 ) -> None:
     index_dir = tmp_path / "index"
     build_index(
-        EN_SAMPLE.docs, index_dir, sample_index_options(EN_SAMPLE, dense=False),
+        EN_SAMPLE.docs,
+        index_dir,
+        sample_index_options(EN_SAMPLE, dense=False),
         ServerTokenizer(events_server.base_url),
-    )  # fmt: skip
+    )
     words = filler_words(events_server, OTHER_TOKENS)
     rows: dict[float, dict[str, float]] = {}
     for share in SHARES:

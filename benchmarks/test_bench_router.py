@@ -133,8 +133,12 @@ def test_router_overhead_on_the_resident_route(
 
         def run() -> None:
             for _ in range(OVERHEAD_PAIRS):  # the noise floor: direct vs direct
-                noise.append((_timed_post(client, direct_url, direct_body),
-                              _timed_post(client, direct_url, direct_body)))  # fmt: skip
+                noise.append(
+                    (
+                        _timed_post(client, direct_url, direct_body),
+                        _timed_post(client, direct_url, direct_body),
+                    )
+                )
             for i in range(OVERHEAD_PAIRS):
                 if i % 2:
                     d = _timed_post(client, direct_url, direct_body)

@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_plan import plan_with_cli
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.context.builder import ContextBuilder
@@ -81,13 +82,7 @@ def plan_and_index(
     index = tmp / "index"
     build_index(SAMPLE / "docs", index, IndexOptions(), LocalTokenizer(tiny_tokenizer_dir), None)
     out = tmp / "plan.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "residency", "plan", "--index", str(index),
-         "--max-model-len", "32768", "-o", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return out, index
+    return plan_with_cli(index, out, 32768), index
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cli_plan import plan_with_cli
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.index import IndexOptions, build_index
@@ -51,13 +52,7 @@ def plan(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> 
         CORPUS, tmp / "index", IndexOptions(dense=False), LocalTokenizer(tiny_tokenizer_dir), None
     )
     out = tmp / "plan.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "residency", "plan", "--index", str(tmp / "index"),
-         "--max-model-len", "32768", "-o", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return out
+    return plan_with_cli(tmp / "index", out, 32768)
 
 
 @pytest.fixture(scope="module")

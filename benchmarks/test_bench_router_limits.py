@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_plan import plan_with_cli
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from residency.index import IndexOptions, build_index
@@ -49,13 +50,7 @@ def plan(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) -> 
         CORPUS, tmp / "index", IndexOptions(dense=False), LocalTokenizer(tiny_tokenizer_dir), None
     )
     out = tmp / "plan.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "residency", "plan", "--index", str(tmp / "index"),
-         "--max-model-len", "32768", "-o", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return out
+    return plan_with_cli(tmp / "index", out, 32768)
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +109,9 @@ def test_normal_requests_beside_two_2mb_questions(
         with httpx.Client(timeout=120) as c:
             while not stop.is_set():
                 try:
-                    s, status = _timed(c, "POST", url, content=big,
-                                       headers={"Content-Type": "application/json"})  # fmt: skip
+                    s, status = _timed(
+                        c, "POST", url, content=big, headers={"Content-Type": "application/json"}
+                    )
                 except httpx.TransportError:  # refused before the client finished sending
                     assert not taken
                     continue
@@ -167,11 +163,14 @@ REFUSALS: list[tuple[str, dict[str, str], bytes]] = [
     ("3 text/plain", {"Content-Type": "text/plain"}, b'{"messages":[]}'),
     ("3 foreign Origin", {"Origin": "https://evil.example"}, b"{}"),
     ("3 rebound Host", {"Host": "evil.example"}, b"{}"),
-    ("4 stream_options string", {},
-     b'{"messages":[{"role":"user","content":"q"}],"stream":true,"stream_options":"x"}'),
+    (
+        "4 stream_options string",
+        {},
+        b'{"messages":[{"role":"user","content":"q"}],"stream":true,"stream_options":"x"}',
+    ),
     ("8 echo", {}, b'{"messages":[{"role":"user","content":"q"}],"echo":true}'),
     ("9 non-object messages", {}, b'{"messages":[null,5,{"role":"user","content":"q"}]}'),
-]  # fmt: skip
+]
 
 
 def test_refusals_take_the_router_under_a_second(
@@ -183,8 +182,9 @@ def test_refusals_take_the_router_under_a_second(
         with httpx.Client(timeout=120) as client:
             for name, headers, body in REFUSALS:
                 sent = {"Content-Type": "application/json", **headers}
-                s, status = _timed(client, "POST", router.base_url + CHAT, content=body,
-                                   headers=sent)  # fmt: skip
+                s, status = _timed(
+                    client, "POST", router.base_url + CHAT, content=body, headers=sent
+                )
                 assert 400 <= status < 500, (name, status)
                 times[name] = round(s * 1000, 1)
 

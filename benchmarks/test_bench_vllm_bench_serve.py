@@ -37,14 +37,26 @@ SERVER_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-pr
 PROMPTS = int(os.environ.get("RESIDENCY_BENCH_SERVE_PROMPTS", "24"))
 DATASETS: dict[str, tuple[str, ...]] = {
     "random": (
-        "--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "8",
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "8",
     ),
     "prefix_repetition": (
-        "--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", "256",
-        "--prefix-repetition-suffix-len", "64", "--prefix-repetition-num-prefixes", "2",
-        "--prefix-repetition-output-len", "8",
+        "--dataset-name",
+        "prefix_repetition",
+        "--prefix-repetition-prefix-len",
+        "256",
+        "--prefix-repetition-suffix-len",
+        "64",
+        "--prefix-repetition-num-prefixes",
+        "2",
+        "--prefix-repetition-output-len",
+        "8",
     ),
-}  # fmt: skip
+}
 
 pytestmark = pytest.mark.vllm
 
@@ -95,18 +107,39 @@ def bench_serve(base_url: str, model: Path, dataset: str, out: Path) -> dict[str
     """One `vllm bench serve` run; its saved result."""
     done = subprocess.run(
         [
-            sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-            "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
-            "--base-url", base_url, "--model", "tiny", "--tokenizer", str(model),
-            *DATASETS[dataset], "--num-prompts", str(PROMPTS), "--max-concurrency", "4",
-            "--seed", "0", "--save-result", "--result-dir", str(out.parent),
-            "--result-filename", out.name,
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.cli.main",
+            "bench",
+            "serve",
+            "--backend",
+            "openai-chat",
+            "--endpoint",
+            "/v1/chat/completions",
+            "--base-url",
+            base_url,
+            "--model",
+            "tiny",
+            "--tokenizer",
+            str(model),
+            *DATASETS[dataset],
+            "--num-prompts",
+            str(PROMPTS),
+            "--max-concurrency",
+            "4",
+            "--seed",
+            "0",
+            "--save-result",
+            "--result-dir",
+            str(out.parent),
+            "--result-filename",
+            out.name,
         ],
         capture_output=True,
         text=True,
         timeout=900,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(out.read_text("utf-8"))  # type: ignore[no-any-return]
 

@@ -37,16 +37,16 @@ page; the state is padded by 22.14%). A bf16 SSM state (65,536 + 3,072 = 68,608 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.batch_defaults import vllm_batch_defaults
-from planner.errors import ModelConfigError
+from planner.gdn_state import gdn_page_bytes, resolve_ssm_dtype
 from planner.model_spec import LayerKind, ModelSpec
 from planner.parallel import (
     check_tensor_parallel,
-    divide_for_tp,
     group_layer_indices,
     kv_heads_per_rank,
     pp_layer_ranges,
@@ -214,79 +214,6 @@ def _resolve_model_dtype(model: ModelSpec, settings: CacheSettings) -> ModelDTyp
     return "bfloat16" if model.dtype == "float32" else model.dtype
 
 
-# Architectures whose config hook copies the checkpoint's `mamba_ssm_dtype` into an "auto"
-# --mamba-ssm-cache-dtype (vllm/model_executor/models/config.py MODELS_CONFIG_MAP entries that
-# inherit Qwen3_5ForConditionalGenerationConfig.verify_and_update_config).
-_CONFIG_SSM_DTYPE_ARCHITECTURES = frozenset(
-    {
-        "Qwen3_5ForCausalLM",
-        "Qwen3_5ForConditionalGeneration",
-        "Qwen3_5MoeForCausalLM",
-        "Qwen3_5MoeForConditionalGeneration",
-        "ColQwen3_5",
-    }
-)
-
-
-def _resolve_ssm_dtype(
-    model: ModelSpec, settings: CacheSettings, conv_dtype: str
-) -> tuple[str, str]:
-    """The GDN recurrent-state dtype vLLM will use, and the rule that chose it (module
-    docstring, steps 1-3)."""
-    requested: str = settings.mamba_ssm_cache_dtype
-    source = f"--mamba-ssm-cache-dtype {requested}"
-    if (
-        requested == "auto"
-        and model.mamba_ssm_dtype
-        and model.architecture in _CONFIG_SSM_DTYPE_ARCHITECTURES
-    ):
-        # vllm/model_executor/models/config.py Qwen3_5ForConditionalGenerationConfig.
-        requested = model.mamba_ssm_dtype
-        source = (
-            f"config.json mamba_ssm_dtype {requested} (vllm/model_executor/models/config.py "
-            "Qwen3_5ForConditionalGenerationConfig, --mamba-ssm-cache-dtype auto)"
-        )
-    if settings.platform == "cpu" and settings.cpu_avx512_bf16:
-        if requested in ("float16", "bfloat16"):
-            # The accelerated GDN backend stores 16-bit state when asked explicitly.
-            return requested, (
-                f"{source}; kept on an AVX512-BF16 CPU (vllm/platforms/cpu.py: 16-bit SSM "
-                "state for the accelerated GDN backend)"
-            )
-        if requested != "float32":
-            # vllm/platforms/cpu.py check_and_update_config: "Reset SSM cache type to float32
-            # for accelerated GDN mamba backend".
-            return "float32", (
-                f"{source} reset to float32 on an AVX512-BF16 CPU (vllm/platforms/cpu.py "
-                "check_and_update_config); --mamba-ssm-cache-dtype bfloat16 keeps 16-bit state"
-            )
-    if requested == "auto":
-        # vllm/model_executor/layers/mamba/mamba_utils.py `_mamba_state_dtype`.
-        cpu_note = (
-            "; no AVX512-BF16 on the CPU, so vllm/platforms/cpu.py keeps it"
-            if settings.platform == "cpu"
-            else ""
-        )
-        return conv_dtype, (
-            f"{source}: the conv-state dtype {conv_dtype} (vllm/model_executor/layers/mamba/"
-            f"mamba_utils.py _mamba_state_dtype){cpu_note}"
-        )
-    return requested, source
-
-
-def _gdn_page_bytes(model: ModelSpec, conv_dtype: str, ssm_dtype: str, tp: int) -> int:
-    gdn = model.gdn
-    if gdn is None:
-        raise ModelConfigError("hybrid model lacks linear-attention dimensions")
-    # mamba_utils.gated_delta_net_state_shape: conv state (conv_dim / tp, kernel - 1) and
-    # temporal state (num_v_heads / tp, head_v_dim, head_k_dim).
-    conv_dim = gdn.head_k_dim * gdn.num_k_heads * 2 + gdn.head_v_dim * gdn.num_v_heads
-    conv_elems = divide_for_tp(conv_dim, tp, "the GDN conv dim") * (gdn.conv_kernel_size - 1)
-    v_heads = divide_for_tp(gdn.num_v_heads, tp, "linear_num_value_heads")
-    ssm_elems = v_heads * gdn.head_v_dim * gdn.head_k_dim
-    return conv_elems * DTYPE_BYTES[conv_dtype] + ssm_elems * DTYPE_BYTES[ssm_dtype]
-
-
 def _group_layer_counts(counts: dict[LayerKind, int]) -> list[tuple[LayerKind, int]]:
     """Split per-kind layer counts into equal-size groups (kv_cache_utils.py
     `_get_kv_cache_groups_uniform_page_size`): group size = the smallest kind's count, or the
@@ -320,6 +247,46 @@ def _blocks_per_request(
     return 2 if align else 1
 
 
+@dataclass(frozen=True, slots=True)
+class _GdnState:
+    """A hybrid model's GDN state: dtypes, page bytes and cache mode (all None otherwise)."""
+
+    conv_dtype: str | None = None
+    ssm_dtype: str | None = None
+    ssm_reason: str | None = None
+    page_bytes: int | None = None
+    mode: Literal["none", "align"] | None = None
+
+    @classmethod
+    def of(cls, model: ModelSpec, settings: CacheSettings, model_dtype: str) -> _GdnState:
+        """The state vLLM lays out for this hybrid model on one rank."""
+        conv_dtype = (
+            model_dtype if settings.mamba_cache_dtype == "auto" else settings.mamba_cache_dtype
+        )
+        ssm_dtype, ssm_reason = resolve_ssm_dtype(
+            model,
+            settings.mamba_ssm_cache_dtype,
+            settings.platform,
+            settings.cpu_avx512_bf16,
+            conv_dtype,
+        )
+        page = gdn_page_bytes(model, conv_dtype, ssm_dtype, settings.tensor_parallel_size)
+        mode: Literal["none", "align"] = "align" if settings.enable_prefix_caching else "none"
+        return cls(conv_dtype, ssm_dtype, ssm_reason, page, mode)
+
+
+def _hybrid_block_size(
+    platform: Platform, block_size: int, state_page_bytes: int, attn_page_1: int
+) -> int:
+    """interface.py `_align_hybrid_block_size`: the smallest attention block, a multiple of
+    the kernel alignment, whose page holds one mamba state; mamba pages are padded to it."""
+    kernel_min = _KERNEL_BLOCK_ALIGNMENT[platform]
+    align_to = max(kernel_min, block_size)
+    attn_block = align_to * cdiv(state_page_bytes, align_to * attn_page_1)
+    attn_block = round_up(attn_block, kernel_min)
+    return max(block_size, attn_block)
+
+
 def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
     """Lay out the KV cache as vLLM would: page sizes, block size, groups, bytes per block."""
     model_dtype = _resolve_model_dtype(model, settings)
@@ -330,27 +297,11 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
     kv_heads = kv_heads_per_rank(model.num_kv_heads, tp)
     attn_page_1 = kv_heads * (model.head_size + model.head_size_v) * DTYPE_BYTES[kv_dtype]
     block_size = settings.block_size or _DEFAULT_BLOCK_SIZE[settings.platform]
-
-    mamba_page: int | None = None
-    conv_dtype: str | None = None
-    ssm_dtype: str | None = None
-    ssm_reason: str | None = None
-    mode: Literal["none", "align"] | None = None
-    if model.is_hybrid:
-        conv_dtype = (
-            model_dtype if settings.mamba_cache_dtype == "auto" else settings.mamba_cache_dtype
+    state = _GdnState.of(model, settings, model_dtype) if model.is_hybrid else _GdnState()
+    if state.page_bytes is not None:
+        block_size = _hybrid_block_size(
+            settings.platform, block_size, state.page_bytes, attn_page_1
         )
-        ssm_dtype, ssm_reason = _resolve_ssm_dtype(model, settings, conv_dtype)
-        mamba_page = _gdn_page_bytes(model, conv_dtype, ssm_dtype, tp)
-        mode = "align" if settings.enable_prefix_caching else "none"
-        # interface.py `_align_hybrid_block_size`: the smallest attention block, a multiple of
-        # the kernel alignment, whose page holds one mamba state; mamba pages are padded to it.
-        kernel_min = _KERNEL_BLOCK_ALIGNMENT[settings.platform]
-        align_to = max(kernel_min, block_size)
-        attn_block = align_to * cdiv(mamba_page, align_to * attn_page_1)
-        attn_block = round_up(attn_block, kernel_min)
-        block_size = max(block_size, attn_block)
-
     page = block_size * attn_page_1
     counts: dict[LayerKind, int] = {
         kind: model.count(kind)
@@ -365,7 +316,7 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
             num_layers=n,
             block_size=block_size,
             blocks_per_request=_blocks_per_request(
-                kind, model, settings, block_size, mode == "align"
+                kind, model, settings, block_size, state.mode == "align"
             ),
             layers_per_stage=tuple(stage[g] for stage in per_stage) if len(stages) > 1 else (),
         )
@@ -381,11 +332,11 @@ def build_kv_layout(model: ModelSpec, settings: CacheSettings) -> KVLayout:
         block_size=block_size,
         attention_page_bytes_per_token=attn_page_1,
         page_size_bytes=page,
-        mamba_page_size_bytes=mamba_page,
-        mamba_cache_dtype=conv_dtype,
-        mamba_ssm_cache_dtype=ssm_dtype,
-        mamba_ssm_cache_dtype_reason=ssm_reason,
-        mamba_cache_mode=mode,
+        mamba_page_size_bytes=state.page_bytes,
+        mamba_cache_dtype=state.conv_dtype,
+        mamba_ssm_cache_dtype=state.ssm_dtype,
+        mamba_ssm_cache_dtype_reason=state.ssm_reason,
+        mamba_cache_mode=state.mode,
         groups=groups,
         # The stage with the most layers in one group sets the block count of every stage.
         bytes_per_block=max(stage_bpb),

@@ -132,35 +132,92 @@ def estimate_gpu_kv_memory(
         )
     # vllm/v1/worker/utils.py `request_memory`: math.ceil(total x utilization).
     requested = math.ceil(total_memory_bytes * gpu_memory_utilization)
-    if weights_bytes >= requested:
-        need = math.ceil(weights_bytes / total_memory_bytes * 100) / 100
-        hint = (
-            f"; --gpu-memory-utilization {need:.2f} is the least that holds them"
-            if need < 1
-            else "; the model does not fit on this GPU: pick a smaller or quantized model"
-        )
-        if weights_bytes == full_weights:
-            what = "model weights take"
-        else:
-            what = f"one rank's share of the weights (stage {pipeline_stage}) takes"
-            hint += "; or raise --tensor-parallel-size / --pipeline-parallel-size"
-        raise CapacityError(
-            f"{what} {format_gib(weights_bytes)} GiB but --gpu-memory-utilization "
-            f"{gpu_memory_utilization} of {format_gib(total_memory_bytes)} GiB allows only "
-            f"{format_gib(requested)} GiB{hint}"
-        )
+    _refuse_unless_weights_fit(
+        weights_bytes,
+        full_weights,
+        requested,
+        total_memory_bytes,
+        gpu_memory_utilization,
+        pipeline_stage,
+    )
     activation = estimate_activation_peak_bytes(
         model, max_num_batched_tokens, max_num_seqs, tensor_parallel_size, last_stage
     )
     split = stage is not None and len(stage) < model.num_hidden_layers
+    terms = _memory_terms(
+        weights_bytes,
+        full_weights,
+        weights_source,
+        activation,
+        enforce_eager,
+        tensor_parallel_size,
+        stage if split else None,
+    )
+    central = requested - sum(t.bytes for t in terms)
+    band = sum(t.uncertainty_bytes for t in terms)
+    return GpuMemoryEstimate(
+        total_memory_bytes=total_memory_bytes,
+        gpu_memory_utilization=gpu_memory_utilization,
+        requested_memory_bytes=requested,
+        terms=terms,
+        kv_cache_memory_bytes=central,
+        kv_cache_memory_bytes_low=central - band,
+        kv_cache_memory_bytes_high=central + band,
+        pipeline_stage=pipeline_stage,
+        tensor_parallel_size=tensor_parallel_size,
+        layers=(stage.start, stage.stop) if split and stage is not None else None,
+    )
+
+
+def _refuse_unless_weights_fit(
+    weights_bytes: int,
+    full_weights: int,
+    requested: int,
+    total_memory_bytes: int,
+    gpu_memory_utilization: float,
+    pipeline_stage: int,
+) -> None:
+    """`CapacityError` when the rank's weights alone take the requested memory, with the least
+    --gpu-memory-utilization that holds them."""
+    if weights_bytes < requested:
+        return
+    need = math.ceil(weights_bytes / total_memory_bytes * 100) / 100
+    hint = (
+        f"; --gpu-memory-utilization {need:.2f} is the least that holds them"
+        if need < 1
+        else "; the model does not fit on this GPU: pick a smaller or quantized model"
+    )
+    if weights_bytes == full_weights:
+        what = "model weights take"
+    else:
+        what = f"one rank's share of the weights (stage {pipeline_stage}) takes"
+        hint += "; or raise --tensor-parallel-size / --pipeline-parallel-size"
+    raise CapacityError(
+        f"{what} {format_gib(weights_bytes)} GiB but --gpu-memory-utilization "
+        f"{gpu_memory_utilization} of {format_gib(total_memory_bytes)} GiB allows only "
+        f"{format_gib(requested)} GiB{hint}"
+    )
+
+
+def _memory_terms(
+    weights_bytes: int,
+    full_weights: int,
+    weights_source: str,
+    activation: int,
+    enforce_eager: bool,
+    tensor_parallel_size: int,
+    stage: range | None,
+) -> tuple[MemoryTerm, ...]:
+    """What vLLM takes from the requested memory before the KV cache, with the uncertainty of
+    each term (`stage`: this rank's layers where the model is split across stages)."""
     weights_note = (
         weights_source
         if weights_bytes == full_weights
         else f"{weights_source}; this rank's share (TP {tensor_parallel_size}"
-        + (f", layers {stage.start}-{stage.stop - 1}" if split and stage is not None else "")
+        + (f", layers {stage.start}-{stage.stop - 1}" if stage is not None else "")
         + "), estimated from the layer count"
     )
-    terms = (
+    return (
         MemoryTerm(
             name="weights",
             bytes=weights_bytes,
@@ -187,18 +244,4 @@ def estimate_gpu_kv_memory(
             source="typical value (0 with --enforce-eager); vLLM measures it in "
             "profile_cudagraph_memory when VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1",
         ),
-    )
-    central = requested - sum(t.bytes for t in terms)
-    band = sum(t.uncertainty_bytes for t in terms)
-    return GpuMemoryEstimate(
-        total_memory_bytes=total_memory_bytes,
-        gpu_memory_utilization=gpu_memory_utilization,
-        requested_memory_bytes=requested,
-        terms=terms,
-        kv_cache_memory_bytes=central,
-        kv_cache_memory_bytes_low=central - band,
-        kv_cache_memory_bytes_high=central + band,
-        pipeline_stage=pipeline_stage,
-        tensor_parallel_size=tensor_parallel_size,
-        layers=(stage.start, stage.stop) if split and stage is not None else None,
     )

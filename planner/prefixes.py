@@ -169,9 +169,12 @@ def split_budgets(
         budgets.append(budget)
         room -= round_up(budget, block_size) - reused
     return PrefixBudgets(
-        tuple(budgets), kv_cache_tokens, window_tokens, headroom_tokens,
+        tuple(budgets),
+        kv_cache_tokens,
+        window_tokens,
+        headroom_tokens,
         shared_tokens=shared_tokens if count > 1 else 0,
-    )  # fmt: skip
+    )
 
 
 def concurrency_left(
@@ -229,6 +232,10 @@ def split_pool_budgets(
         room -= blocks[-1]
     headroom_tokens = headroom_blocks * block
     return PrefixBudgets(
-        tuple(budgets), kv_cache_tokens, window_tokens, headroom_tokens, tuple(blocks),
+        tuple(budgets),
+        kv_cache_tokens,
+        window_tokens,
+        headroom_tokens,
+        tuple(blocks),
         headroom_blocks,
-    )  # fmt: skip
+    )

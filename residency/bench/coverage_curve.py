@@ -20,6 +20,7 @@ from residency.errors import ConfigError
 from residency.eval.coverage import (
     RAG_BASELINE_KS,
     ResidentSet,
+    StrategyResult,
     chunk_token_counts,
     evaluate_resident_set,
     rank_queries,
@@ -49,6 +50,42 @@ def plan_tokenizer(plan: ResidencyPlan, index: Index, notes: list[str]) -> Model
     return ApproxTokenizer()
 
 
+def _open_plan_index(plan: ResidencyPlan, questions_path: Path) -> Index:
+    """The plan's index, checked to hold the corpus it was planned from (and the questions
+    file to exist)."""
+    if not questions_path.is_file():
+        raise ConfigError(f"--questions {questions_path}: no such file")
+    index = open_index(Path(plan.index_dir))
+    if index.manifest.corpus_hash != plan.corpus_hash:
+        raise ConfigError(
+            f"the plan was made from corpus {plan.corpus_hash[:12]}, but its index "
+            f"{plan.index_dir} now holds {index.manifest.corpus_hash[:12]}: re-plan"
+        )
+    return index
+
+
+def _plan_mass(plan: ResidencyPlan, index: Index, notes: list[str]) -> dict[str, float]:
+    """The log mass of the plan's own query log, where it is readable here (else none)."""
+    entries: tuple[LogEntry, ...] = ()
+    paths = [f.path for f in plan.log.files] or ([plan.log.path] if plan.log.path else [])
+    if paths and all(Path(p).is_file() for p in paths):
+        entries = merge_by_time([read_query_log(Path(p)) for p in paths]).entries
+    else:
+        notes.append("the plan's query log is not readable here: density-only planning")
+    return log_mass(index, entries) if entries else {}
+
+
+def _point(row: StrategyResult, budget: int) -> CoveragePoint:
+    """One strategy's coverage at one budget."""
+    return CoveragePoint(
+        strategy=row.name,
+        budget_tokens=budget,
+        prefix_tokens=row.prefix_tokens,
+        coverage=row.overall.coverage,
+        resident_share=row.overall.resident_share,
+    )
+
+
 def coverage_vs_budget(
     plan: ResidencyPlan,
     questions_path: Path,
@@ -61,22 +98,9 @@ def coverage_vs_budget(
     progress: BuildProgress | None = None,
 ) -> CoverageCurve:
     """Coverage of every strategy at budgets `fractions` x the plan's budget."""
-    if not questions_path.is_file():
-        raise ConfigError(f"--questions {questions_path}: no such file")
-    index = open_index(Path(plan.index_dir))
-    if index.manifest.corpus_hash != plan.corpus_hash:
-        raise ConfigError(
-            f"the plan was made from corpus {plan.corpus_hash[:12]}, but its index "
-            f"{plan.index_dir} now holds {index.manifest.corpus_hash[:12]}: re-plan"
-        )
+    index = _open_plan_index(plan, questions_path)
     notes: list[str] = []
-    entries: tuple[LogEntry, ...] = ()
-    paths = [f.path for f in plan.log.files] or ([plan.log.path] if plan.log.path else [])
-    if paths and all(Path(p).is_file() for p in paths):
-        entries = merge_by_time([read_query_log(Path(p)) for p in paths]).entries
-    else:
-        notes.append("the plan's query log is not readable here: density-only planning")
-    mass = log_mass(index, entries) if entries else {}
+    mass = _plan_mass(plan, index, notes)
     encoder = MemoTokenizer(plan_tokenizer(plan, index, notes))
     answerable = [q for q in load_questions(questions_path) if q.relevant_ids]
     if progress is not None:
@@ -93,15 +117,7 @@ def coverage_vs_budget(
 
     def score(resident: ResidentSet, budget: int) -> None:
         row = evaluate_resident_set(index, answerable, rankings, resident, tokens, routing)
-        points.append(
-            CoveragePoint(
-                strategy=row.name,
-                budget_tokens=budget,
-                prefix_tokens=row.prefix_tokens,
-                coverage=row.overall.coverage,
-                resident_share=row.overall.resident_share,
-            )
-        )
+        points.append(_point(row, budget))
 
     for budget in budgets:
         capacity = plan.capacity.model_copy(update={"resident_budget_tokens": budget})

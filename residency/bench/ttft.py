@@ -197,32 +197,15 @@ def _run(
     progress: BuildProgress | None,
 ) -> BenchReport:
     model, max_model_len = pick_model(client, options.model)
-    labels = client.cache_config_info()
-    if labels.get("enable_prefix_caching") == "False":
-        raise UpstreamError(
-            f"--server {client.base_url} runs with prefix caching off (vllm:cache_config_info "
-            "enable_prefix_caching=False): warm sends cannot hit; restart vLLM with "
-            "--enable-prefix-caching"
-        )
-    block_size = label_int(labels, "block_size") or 16
+    block_size, kv_tokens = _cache_config(client)
     if max_model_len is None:
         raise UpstreamError(f"--server {client.base_url}: /v1/models gives no max_model_len")
     check_lengths(options.prompt_lengths, max_model_len, block_size)
-    blocks = label_int(labels, "num_gpu_blocks")
-    kv_tokens = label_int(labels, "kv_cache_size_tokens") or (
-        blocks * block_size if blocks else None
-    )
     warnings: list[str] = []
     plan_ids: list[int] | None = None
     if plan is not None:
         text, source = plan.prefix.text, f"plan prefix ({plan.prefix.hash[:19]}…)"
-        plan_ids = shared_prefix_ids(client, model, plan.prefix.text)
-        if not block_size < len(plan_ids) <= max_model_len - OUTPUT_TOKENS:
-            raise ConfigError(
-                f"--plan: its prefix renders to {len(plan_ids):,} tokens on --server "
-                f"{client.base_url}, which must lie between one {block_size}-token block and "
-                f"max_model_len {max_model_len} minus {OUTPUT_TOKENS}: re-plan with --server"
-            )
+        plan_ids = _plan_ids(client, model, plan.prefix.text, block_size, max_model_len)
     else:
         text, source = corpus_text(options.text_dir), str(options.text_dir)
     longest = max([*options.prompt_lengths, len(plan_ids or [])])
@@ -250,18 +233,7 @@ def _run(
         results.append(
             measure_prompt(client, model, "plan", plan_ids, block_size, options, progress, plan_ids)
         )
-    for row in results:
-        if not row.cold_verified:
-            warnings.append(
-                f"length {row.label}: a cold send found {max(row.cold_cached_tokens):,} cached "
-                f"tokens (one block is {block_size}): cold TTFT may be too low"
-            )
-        if not row.warm_resident:
-            warnings.append(
-                f"length {row.label}: warm sends cached {min(row.warm_cached_tokens):,} of "
-                f"{row.expected_cached_tokens:,} expected tokens after {row.admit_sends} "
-                "admission send(s): the prefix did not stay resident"
-            )
+    warnings += _row_warnings(results, block_size)
     return BenchReport(
         timestamp=dt.datetime.now(dt.UTC),
         server=client.base_url,
@@ -277,3 +249,52 @@ def _run(
         results=tuple(results),
         warnings=tuple(warnings),
     )
+
+
+def _cache_config(client: VllmClient) -> tuple[int, int | None]:
+    """The server's block size and KV-cache tokens (None: not given); prefix caching must be on."""
+    labels = client.cache_config_info()
+    if labels.get("enable_prefix_caching") == "False":
+        raise UpstreamError(
+            f"--server {client.base_url} runs with prefix caching off (vllm:cache_config_info "
+            "enable_prefix_caching=False): warm sends cannot hit; restart vLLM with "
+            "--enable-prefix-caching"
+        )
+    block_size = label_int(labels, "block_size") or 16
+    blocks = label_int(labels, "num_gpu_blocks")
+    kv_tokens = label_int(labels, "kv_cache_size_tokens") or (
+        blocks * block_size if blocks else None
+    )
+    return block_size, kv_tokens
+
+
+def _plan_ids(
+    client: VllmClient, model: str, prefix: str, block_size: int, max_model_len: int
+) -> list[int]:
+    """The plan prefix's token ids on this server, checked to fit one block to the window."""
+    plan_ids = shared_prefix_ids(client, model, prefix)
+    if not block_size < len(plan_ids) <= max_model_len - OUTPUT_TOKENS:
+        raise ConfigError(
+            f"--plan: its prefix renders to {len(plan_ids):,} tokens on --server "
+            f"{client.base_url}, which must lie between one {block_size}-token block and "
+            f"max_model_len {max_model_len} minus {OUTPUT_TOKENS}: re-plan with --server"
+        )
+    return plan_ids
+
+
+def _row_warnings(results: Sequence[LengthResult], block_size: int) -> list[str]:
+    """A warning for each row whose cold sends hit the cache or whose warm sends did not."""
+    warnings: list[str] = []
+    for row in results:
+        if not row.cold_verified:
+            warnings.append(
+                f"length {row.label}: a cold send found {max(row.cold_cached_tokens):,} cached "
+                f"tokens (one block is {block_size}): cold TTFT may be too low"
+            )
+        if not row.warm_resident:
+            warnings.append(
+                f"length {row.label}: warm sends cached {min(row.warm_cached_tokens):,} of "
+                f"{row.expected_cached_tokens:,} expected tokens after {row.admit_sends} "
+                "admission send(s): the prefix did not stay resident"
+            )
+    return warnings

@@ -27,9 +27,18 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 _COMMANDS = (
-    "plan", "profiles", "index", "eval", "corpus", "model", "warm", "serve", "status", "bench",
+    "plan",
+    "profiles",
+    "index",
+    "eval",
+    "corpus",
+    "model",
+    "warm",
+    "serve",
+    "status",
+    "bench",
     "demo",
-)  # fmt: skip
+)
 _GROUPS = frozenset({"eval", "corpus", "model"})
 _HERE = Path(__file__).parent
 

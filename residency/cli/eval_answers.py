@@ -128,6 +128,25 @@ def render_answers(report: AnswerEvalReport, console: Console, records: Path | N
         if r.skipped:
             console.print(f"[yellow]{r.strategy} skipped:[/] {escape(r.skipped)}", highlight=False)
     ran = [r for r in report.strategies if not r.skipped]
+    _render_scores(ran, console)
+    _render_cost(ran, console)
+    _render_by_type(ran, console)
+    _render_failures(report, console)
+    for r in ran:
+        if r.judge_overall is not None and r.judge_overall.judge_errors:
+            console.print(
+                f"{r.strategy}: {r.judge_overall.judge_errors} judge answer(s) could not be used "
+                "(judge_error): excluded from the means, not scored 0",
+                highlight=False,
+            )
+    for note in report.notes:
+        console.print(f"note: {escape(note)}", highlight=False)
+    if records is not None:
+        console.print(f"records: {escape(str(records))}", highlight=False)
+
+
+def _render_scores(ran: list[StrategyReport], console: Console) -> None:
+    """The reference scorer's, the key facts' and the judge's scores, one row per strategy."""
     scores = compact_table(
         "Reference scorer (token F1 + abstention)", ("strategy",), _SCORE_COLUMNS[:-2]
     )
@@ -155,6 +174,10 @@ def render_answers(report: AnswerEvalReport, console: Console, records: Path | N
             cells = _score_cells(r.judge_overall)
             by_judge.add_row(r.strategy, *cells[:2], *cells[3:])
         console.print(by_judge)
+
+
+def _render_cost(ran: list[StrategyReport], console: Console) -> None:
+    """Evidence, prompt, cache and latency means, and the routes taken, per strategy."""
     cost = compact_table(
         "Evidence, prompt, cache, latency (means over answers)", ("strategy",), _COST_COLUMNS
     )
@@ -173,19 +196,6 @@ def render_answers(report: AnswerEvalReport, console: Console, records: Path | N
             ", ".join(f"{k} {v}" for k, v in sorted(r.route_counts.items())),
         )
     console.print(cost)
-    _render_by_type(ran, console)
-    _render_failures(report, console)
-    for r in ran:
-        if r.judge_overall is not None and r.judge_overall.judge_errors:
-            console.print(
-                f"{r.strategy}: {r.judge_overall.judge_errors} judge answer(s) could not be used "
-                "(judge_error): excluded from the means, not scored 0",
-                highlight=False,
-            )
-    for note in report.notes:
-        console.print(f"note: {escape(note)}", highlight=False)
-    if records is not None:
-        console.print(f"records: {escape(str(records))}", highlight=False)
 
 
 def _render_by_type(ran: list[StrategyReport], console: Console) -> None:

@@ -161,6 +161,24 @@ def _pm(stat: SeedStat | None, scale: float = 1.0, unit: str = "", digits: int =
 
 def render_coverage(report: CoverageReport, console: Console) -> None:
     """Settings, simulation, the comparison table and the per-type table."""
+    _render_setup(report, console)
+    _render_results(report, console)
+    if report.across_seeds:
+        _render_seeds(report, console)
+    _render_by_type(report, console)
+    if report.excluded_no_relevant:
+        console.print(f"{report.excluded_no_relevant} question(s) without relevant ids excluded")
+    if report.unknown_relevant_count:
+        console.print(
+            f"[yellow]warning:[/] {report.unknown_relevant_count} relevant id(s) are not sections "
+            "of this index and always count as misses"
+        )
+    for note in report.notes:
+        console.print(f"note: {escape(note)}", highlight=False)
+
+
+def _render_setup(report: CoverageReport, console: Console) -> None:
+    """What was evaluated: questions, index, routing settings and the simulated traffic."""
     s = report.settings
     retrieval = f"hybrid ({s.embedder} + BM25)" if s.embedder else "BM25-only"
     ks = "/".join(str(k) for k in sorted({r.k for r in report.results}))
@@ -183,6 +201,10 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
             "never in the log",
             highlight=False,
         )
+
+
+def _render_results(report: CoverageReport, console: Console) -> None:
+    """Coverage and the routing and prompt-token costs, one row per strategy."""
     table = compact_table(
         "Coverage",
         ("strategy",),
@@ -195,60 +217,59 @@ def render_coverage(report: CoverageReport, console: Console) -> None:
         cost.add_row(r.name, *_cost_row(r.overall))
     console.print(table)
     console.print(cost)
-    if report.across_seeds:
-        n = report.across_seeds[0].seeds
-        seeds = compact_table(
-            f"Across {n} traffic seeds (mean ± sd)",
-            ("strategy",),
-            ("coverage", "coverage\nall", "in\nprefix", "rag-top5\nmisses\nrescued"),
+
+
+def _render_seeds(report: CoverageReport, console: Console) -> None:
+    """Coverage and tokens as mean ± sd across the traffic seeds."""
+    n = report.across_seeds[0].seeds
+    seeds = compact_table(
+        f"Across {n} traffic seeds (mean ± sd)",
+        ("strategy",),
+        ("coverage", "coverage\nall", "in\nprefix", "rag-top5\nmisses\nrescued"),
+    )
+    tokens = compact_table(
+        f"Tokens per question across {n} seeds (mean ± sd)",
+        ("strategy",),
+        ("added", "uncached", "prompt"),
+    )
+    for row in report.across_seeds:
+        seeds.add_row(
+            row.name,
+            _pm(row.coverage, 100, "%", 2),
+            _pm(row.coverage_all, 100, "%", 2),
+            _pm(row.resident_share, 100, "%", 1),
+            _pm(row.rag_misses_rescued, 100, "%"),
         )
-        tokens = compact_table(
-            f"Tokens per question across {n} seeds (mean ± sd)",
-            ("strategy",),
-            ("added", "uncached", "prompt"),
+        tokens.add_row(
+            row.name,
+            _pm(row.mean_added_tokens),
+            _pm(row.mean_uncached_tokens),
+            _pm(row.mean_prompt_tokens),
         )
-        for row in report.across_seeds:
-            seeds.add_row(
-                row.name,
-                _pm(row.coverage, 100, "%", 2),
-                _pm(row.coverage_all, 100, "%", 2),
-                _pm(row.resident_share, 100, "%", 1),
-                _pm(row.rag_misses_rescued, 100, "%"),
-            )
-            tokens.add_row(
-                row.name,
-                _pm(row.mean_added_tokens),
-                _pm(row.mean_uncached_tokens),
-                _pm(row.mean_prompt_tokens),
-            )
-        console.print(seeds)
-        console.print(tokens)
+    console.print(seeds)
+    console.print(tokens)
+
+
+def _render_by_type(report: CoverageReport, console: Console) -> None:
+    """Coverage and tokens per question type, where there are several types."""
     types = sorted({t for r in report.results for t in r.by_type})
-    if len(types) > 1:
-        by_type = compact_table(
-            "By question type",
-            ("type", "strategy", "n"),
-            (*_COVERAGE_COLUMNS[:3], "added\ntokens", "uncached\ntokens"),
-        )
-        for qt in types:
-            for r in report.results:
-                if qt in r.by_type:
-                    m = r.by_type[qt]
-                    by_type.add_row(
-                        escape(qt),
-                        r.name,
-                        str(m.questions),
-                        *_coverage_row(m)[:3],
-                        f"{m.mean_added_tokens:,.0f}",
-                        f"{m.mean_uncached_tokens:,.0f}",
-                    )
-        console.print(by_type)
-    if report.excluded_no_relevant:
-        console.print(f"{report.excluded_no_relevant} question(s) without relevant ids excluded")
-    if report.unknown_relevant_count:
-        console.print(
-            f"[yellow]warning:[/] {report.unknown_relevant_count} relevant id(s) are not sections "
-            "of this index and always count as misses"
-        )
-    for note in report.notes:
-        console.print(f"note: {escape(note)}", highlight=False)
+    if len(types) <= 1:
+        return
+    by_type = compact_table(
+        "By question type",
+        ("type", "strategy", "n"),
+        (*_COVERAGE_COLUMNS[:3], "added\ntokens", "uncached\ntokens"),
+    )
+    for qt in types:
+        for r in report.results:
+            if qt in r.by_type:
+                m = r.by_type[qt]
+                by_type.add_row(
+                    escape(qt),
+                    r.name,
+                    str(m.questions),
+                    *_coverage_row(m)[:3],
+                    f"{m.mean_added_tokens:,.0f}",
+                    f"{m.mean_uncached_tokens:,.0f}",
+                )
+    console.print(by_type)

@@ -136,8 +136,13 @@ def render_command_help(command: click.Command, ctx: click.Context, out: Termina
     style = _Style(out.colour)
     pieces = " ".join(command.collect_usage_pieces(ctx))
     usage = _wrap(f" Usage: {ctx.command_path} {pieces}", width)
-    lines = [usage[0].replace(" Usage: ", " Usage: " + "\x1b[1m", 1) + "\x1b[0m"
-             if style.colour else usage[0], *usage[1:], ""]  # fmt: skip
+    lines = [
+        usage[0].replace(" Usage: ", " Usage: " + "\x1b[1m", 1) + "\x1b[0m"
+        if style.colour
+        else usage[0],
+        *usage[1:],
+        "",
+    ]
     if command.help:
         text = inspect.cleandoc(command.help).split("\f")[0]
         # Docstring line breaks are not paragraph breaks: rewrap each paragraph to the width.

@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from planner.memory import GpuMemoryEstimate
 from planner.units import GiB
-from residency.capacity.report import CapacityReport
+from residency.capacity.report import CapacityReport, ServerComparison
 from residency.planning.plan_model import ResidencyPlan
 
 
@@ -200,49 +201,39 @@ def _render_ranks(report: CapacityReport, console: Console) -> None:
     console.print("vLLM gives every rank the smallest rank's block count.")
 
 
-def render(report: CapacityReport, console: Console) -> None:
-    """A readable summary: inputs, memory terms, KV layout, capacity, budget."""
-    inp, lay = report.inputs, report.plan.layout
-    console.print(
-        f"[bold]{inp.model}[/] ({inp.architecture}: {inp.attention_layers} attention"
-        + (
-            f" + {inp.linear_attention_layers} Gated DeltaNet"
-            if inp.linear_attention_layers
-            else ""
-        )
-        + f" layers) on [bold]{inp.gpu or inp.server or inp.settings.platform}[/], "
-        f"max_model_len {inp.settings.max_model_len}"
+def _render_memory(report: CapacityReport, memory: GpuMemoryEstimate, console: Console) -> None:
+    """The GPU memory terms that leave the KV cache."""
+    lay = report.plan.layout
+    title = "GPU memory"
+    if lay.tensor_parallel_size * lay.pipeline_parallel_size > 1:
+        stage = memory.pipeline_stage
+        title += f" per rank (stage {stage}, the one that sets the blocks)"
+    mem = Table(title=title, title_justify="left")
+    mem.add_column("term", min_width=22)
+    mem.add_column("GiB", justify="right", no_wrap=True)
+    mem.add_column("±", justify="right", no_wrap=True)
+    mem.add_column("source")
+    mem.add_row(
+        f"total x {memory.gpu_memory_utilization}",
+        _gib(memory.requested_memory_bytes),
+        "",
+        "profile / NVML",
     )
-    if inp.devices:
-        _render_devices(report, console)
-    if report.memory is not None:
-        title = "GPU memory"
-        if lay.tensor_parallel_size * lay.pipeline_parallel_size > 1:
-            stage = report.memory.pipeline_stage
-            title += f" per rank (stage {stage}, the one that sets the blocks)"
-        mem = Table(title=title, title_justify="left")
-        mem.add_column("term", min_width=22)
-        mem.add_column("GiB", justify="right", no_wrap=True)
-        mem.add_column("±", justify="right", no_wrap=True)
-        mem.add_column("source")
-        mem.add_row(
-            f"total x {report.memory.gpu_memory_utilization}",
-            _gib(report.memory.requested_memory_bytes),
-            "",
-            "profile / NVML",
-        )
-        for term in report.memory.terms:
-            source = textwrap.shorten(term.source, 60, placeholder=" …")
-            mem.add_row(f"- {term.name}", _gib(term.bytes), _gib(term.uncertainty_bytes), source)
-        mem.add_row(
-            "[bold]= KV cache[/]",
-            _gib(report.memory.kv_cache_memory_bytes),
-            _gib(report.memory.kv_cache_memory_bytes_high - report.memory.kv_cache_memory_bytes),
-            "",
-        )
-        console.print(mem)
-    if report.ranks:
-        _render_ranks(report, console)
+    for term in memory.terms:
+        source = textwrap.shorten(term.source, 60, placeholder=" …")
+        mem.add_row(f"- {term.name}", _gib(term.bytes), _gib(term.uncertainty_bytes), source)
+    mem.add_row(
+        "[bold]= KV cache[/]",
+        _gib(memory.kv_cache_memory_bytes),
+        _gib(memory.kv_cache_memory_bytes_high - memory.kv_cache_memory_bytes),
+        "",
+    )
+    console.print(mem)
+
+
+def _render_kv(report: CapacityReport, console: Console) -> None:
+    """The KV cache's layout, size in blocks and tokens, and concurrency."""
+    inp, lay = report.inputs, report.plan.layout
     kv = Table(title="KV cache", title_justify="left", show_header=False)
     kv.add_column("what")
     kv.add_column("value", justify="right")
@@ -283,40 +274,67 @@ def render(report: CapacityReport, console: Console) -> None:
         if inp.cpu_avx512_bf16_source:
             why += f". Serving CPU has AVX512-BF16: {inp.cpu_avx512_bf16_source}"
         console.print(escape(why) + ".")
-    if report.server is not None:
-        srv = report.server
-        cmp = Table(title=f"vLLM's own numbers ({srv.served_model})", title_justify="left")
-        cmp.add_column("")
-        cmp.add_column("vLLM", justify="right")
-        cmp.add_column("planner", justify="right")
-        cmp.add_row("block_size", str(srv.block_size), str(srv.predicted_block_size))
-        cmp.add_row("num_gpu_blocks", f"{srv.num_blocks:,}", f"{srv.predicted_num_blocks:,}")
-        cmp.add_row(
-            "kv_cache_size_tokens", f"{srv.kv_cache_tokens:,}", f"{srv.predicted_kv_cache_tokens:,}"
-        )
-        console.print(cmp)
-        settings = inp.settings
-        read = f"--platform {settings.platform} and --dtype {settings.dtype} read from its numbers"
-        if srv.agrees:
-            console.print(f"[green]planner agrees with vLLM[/] ({read})", highlight=False)
-        else:
-            differ = [
-                f"{name} {ours:,} (planner) vs {theirs:,} (vLLM)"
-                for name, ours, theirs in (
-                    ("block_size", srv.predicted_block_size, srv.block_size),
-                    ("num_gpu_blocks", srv.predicted_num_blocks, srv.num_blocks),
-                    ("kv_cache_size_tokens", srv.predicted_kv_cache_tokens, srv.kv_cache_tokens),
-                )
-                if ours != theirs
-            ]
-            console.print(
-                f"[yellow]planner and vLLM disagree[/]: {'; '.join(differ)}. No --platform or "
-                f"--dtype reproduces the server's numbers; the inputs its metrics do not name: "
-                f"--tensor-parallel-size {settings.tensor_parallel_size}, "
-                f"--pipeline-parallel-size {settings.pipeline_parallel_size}, and the model "
-                f"config {escape(inp.model_config_source)}",
-                highlight=False,
+
+
+def _render_server(report: CapacityReport, srv: ServerComparison, console: Console) -> None:
+    """vLLM's own numbers beside the planner's, and whether they agree."""
+    inp = report.inputs
+    cmp = Table(title=f"vLLM's own numbers ({srv.served_model})", title_justify="left")
+    cmp.add_column("")
+    cmp.add_column("vLLM", justify="right")
+    cmp.add_column("planner", justify="right")
+    cmp.add_row("block_size", str(srv.block_size), str(srv.predicted_block_size))
+    cmp.add_row("num_gpu_blocks", f"{srv.num_blocks:,}", f"{srv.predicted_num_blocks:,}")
+    cmp.add_row(
+        "kv_cache_size_tokens", f"{srv.kv_cache_tokens:,}", f"{srv.predicted_kv_cache_tokens:,}"
+    )
+    console.print(cmp)
+    settings = inp.settings
+    read = f"--platform {settings.platform} and --dtype {settings.dtype} read from its numbers"
+    if srv.agrees:
+        console.print(f"[green]planner agrees with vLLM[/] ({read})", highlight=False)
+    else:
+        differ = [
+            f"{name} {ours:,} (planner) vs {theirs:,} (vLLM)"
+            for name, ours, theirs in (
+                ("block_size", srv.predicted_block_size, srv.block_size),
+                ("num_gpu_blocks", srv.predicted_num_blocks, srv.num_blocks),
+                ("kv_cache_size_tokens", srv.predicted_kv_cache_tokens, srv.kv_cache_tokens),
             )
+            if ours != theirs
+        ]
+        console.print(
+            f"[yellow]planner and vLLM disagree[/]: {'; '.join(differ)}. No --platform or "
+            f"--dtype reproduces the server's numbers; the inputs its metrics do not name: "
+            f"--tensor-parallel-size {settings.tensor_parallel_size}, "
+            f"--pipeline-parallel-size {settings.pipeline_parallel_size}, and the model "
+            f"config {escape(inp.model_config_source)}",
+            highlight=False,
+        )
+
+
+def render(report: CapacityReport, console: Console) -> None:
+    """A readable summary: inputs, memory terms, KV layout, capacity, budget."""
+    inp = report.inputs
+    console.print(
+        f"[bold]{inp.model}[/] ({inp.architecture}: {inp.attention_layers} attention"
+        + (
+            f" + {inp.linear_attention_layers} Gated DeltaNet"
+            if inp.linear_attention_layers
+            else ""
+        )
+        + f" layers) on [bold]{inp.gpu or inp.server or inp.settings.platform}[/], "
+        f"max_model_len {inp.settings.max_model_len}"
+    )
+    if inp.devices:
+        _render_devices(report, console)
+    if report.memory is not None:
+        _render_memory(report, report.memory, console)
+    if report.ranks:
+        _render_ranks(report, console)
+    _render_kv(report, console)
+    if report.server is not None:
+        _render_server(report, report.server, console)
     budget = report.plan.budget
     console.print(
         f"[bold]Resident budget: {report.resident_budget_tokens:,} tokens[/] "

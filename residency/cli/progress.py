@@ -103,8 +103,9 @@ class LogProgress:
         now = self._clock()
         elapsed = now - self._started
         if self._done >= self._total > 0:
-            self._write(f"{self._description}: {self._total:,}/{self._total:,} done in "
-                        f"{_duration(elapsed)}")  # fmt: skip
+            self._write(
+                f"{self._description}: {self._total:,}/{self._total:,} done in {_duration(elapsed)}"
+            )
             self._total = 0  # said once
             return
         if now - self._last < self._interval_s or self._total <= 0:

@@ -245,20 +245,7 @@ class CorpusStream:
             self.skipped.append(unread)
             return
         reused = _reusable(self._previous, rel, scan.sha256)
-        items: Iterable[tuple[Draft | Oversized, int | None]]
-        file_skips: list[SkippedInput]
-        if reused is not None and self._previous is not None:
-            file_skips = reused
-            self.reused_files.append(rel)
-            same = self._same_counting
-            items = (
-                (_draft_of(s), s.token_count if same else None)
-                for s in self._previous.sections_of(rel)
-            )
-        else:
-            self.parsed_files.append(rel)
-            file_skips = []
-            items = ((d, None) for d in _parse(rel, path, scan, file_skips))
+        items, file_skips = self._drafts_of(rel, path, scan, reused)
         draft_skips: list[SkippedInput] = []
         kept = found = 0
         try:
@@ -298,6 +285,23 @@ class CorpusStream:
         self.files.append(
             SourceFile(path=rel, sha256=scan.sha256, size_bytes=scan.size_bytes, sections=kept)
         )
+
+    def _drafts_of(
+        self, rel: str, path: Path, scan: FileScan, reused: list[SkippedInput] | None
+    ) -> tuple[Iterable[tuple[Draft | Oversized, int | None]], list[SkippedInput]]:
+        """The file's drafts with their token counts where known, and its skips: the previous
+        build's sections when the file is unchanged (counts kept if counted the same way), else
+        parsed now (the skips list fills as the drafts are read)."""
+        if reused is not None and self._previous is not None:
+            self.reused_files.append(rel)
+            same = self._same_counting
+            return (
+                (_draft_of(s), s.token_count if same else None)
+                for s in self._previous.sections_of(rel)
+            ), reused
+        self.parsed_files.append(rel)
+        file_skips: list[SkippedInput] = []
+        return ((d, None) for d in _parse(rel, path, scan, file_skips)), file_skips
 
     def _refusal(self, draft: Draft | Oversized, size_bytes: int) -> str | None:
         """Why a section is not indexed (too long, a duplicate id), or None."""

@@ -17,6 +17,7 @@ python-docx was 1.4-2.3x faster (see docs/index-and-retrieval.md).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from residency.corpus.docx_text import (
@@ -143,6 +144,24 @@ def _open(data: bytes) -> tuple[Any, str | None]:
     return None, f"cannot read DOCX ({problem}); is it a Word 2007+ .docx (not .doc or encrypted)?"
 
 
+# One block of the body in order: (heading level or None, text, paragraph number, separator).
+_Event = tuple[int | None, str, int, str]
+
+
+def _drafts(rel: str, events: Sequence[_Event]) -> list[Draft]:
+    """The sections the body's blocks make, each heading opening one."""
+    builder = DraftBuilder(rel)
+    for k, (level, text, n, sep) in enumerate(events):
+        following = next((e[0] for e in events[k + 1 :] if e[1]), -1)
+        if level is None or (following is not None and following <= level):
+            # text, or a heading with no text under it ('A Numbered Header.' alone, a heading
+            # right before one of its level): kept as text, never dropped
+            builder.body(text, sep=sep or "\n\n")
+        else:
+            builder.heading(level, text, n)
+    return builder.finish()
+
+
 def read_docx(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
     """Sections of one .docx file (`Draft.line` is the heading's paragraph number)."""
     from docx.text.paragraph import Paragraph as DocxParagraph
@@ -152,7 +171,7 @@ def read_docx(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
         return [], [SkippedInput(file=rel, line=0, reason=problem or "cannot read DOCX")]
     body = document.element.body
     notes, refs = _notes(document), NoteRefs()
-    events: list[tuple[int | None, str, int, str]] = []  # (heading level or None, text, n, sep)
+    events: list[_Event] = []
     cited: list[tuple[str, str, str]] = []
 
     def cell_text(tc: Any) -> str:
@@ -192,16 +211,7 @@ def read_docx(rel: str, data: bytes) -> tuple[list[Draft], list[SkippedInput]]:
             emit_notes()
 
     emit(body, headings=True)
-    builder = DraftBuilder(rel)
-    for k, (level, text, n, sep) in enumerate(events):
-        following = next((e[0] for e in events[k + 1 :] if e[1]), -1)
-        if level is None or (following is not None and following <= level):
-            # text, or a heading with no text under it ('A Numbered Header.' alone, a heading
-            # right before one of its level): kept as text, never dropped
-            builder.body(text, sep=sep or "\n\n")
-        else:
-            builder.heading(level, text, n)
-    drafts = builder.finish()
+    drafts = _drafts(rel, events)
     if not drafts:
         return [], [SkippedInput(file=rel, line=0, reason="no text in the document body")]
     return drafts, []

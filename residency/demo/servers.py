@@ -132,8 +132,21 @@ def router_command(
     --no-warm: the demo warms the prefix itself, in its own timed step, while the router starts,
     and two warms at once would prefill the same prefix twice)."""
     return [
-        sys.executable, "-m", "residency", "serve",
-        "--plan", str(plan_path), "--upstream", upstream, "--port", str(port),
-        "--log", str(query_log), "--retriever", "bm25", "--today", options.today.isoformat(),
+        sys.executable,
+        "-m",
+        "residency",
+        "serve",
+        "--plan",
+        str(plan_path),
+        "--upstream",
+        upstream,
+        "--port",
+        str(port),
+        "--log",
+        str(query_log),
+        "--retriever",
+        "bm25",
+        "--today",
+        options.today.isoformat(),
         "--no-warm",
-    ]  # fmt: skip
+    ]

@@ -59,6 +59,7 @@ from residency.eval.coverage_report import (
     RowAcrossSeeds,
     SeedStat,
     StrategyResult,
+    rescued_of_rag,
 )
 from residency.eval.dated import DatedPinning, dated_pinning
 from residency.eval.defaults import DEFAULT_PREFETCH
@@ -263,13 +264,7 @@ def evaluate_resident_set(
     for q in questions:
         if not q.relevant_ids:
             continue
-        gold_sections = [
-            frozenset(c.id for c in index.chunks_of(sid))
-            for sid in q.relevant_ids
-            if index.has_section(sid)
-        ]
-        if len(gold_sections) < len(q.relevant_ids):
-            gold_sections.append(frozenset())  # an unknown gold id is never visible
+        gold_sections = _gold_sections(index, q.relevant_ids)
         hits = rankings[q.query]
 
         def pin(prefix: frozenset[str], query: str = q.query) -> tuple[str, ...]:
@@ -302,6 +297,25 @@ def evaluate_resident_set(
         )
         outcomes.append(outcome)
         by_type.setdefault(q.type or UNTYPED, []).append(outcome)
+    return _result(resident, outcomes, by_type)
+
+
+def _gold_sections(index: Index, relevant_ids: Sequence[str]) -> list[frozenset[str]]:
+    """The chunks of each gold section (an unknown gold id: one empty set, never visible)."""
+    gold_sections = [
+        frozenset(c.id for c in index.chunks_of(sid))
+        for sid in relevant_ids
+        if index.has_section(sid)
+    ]
+    if len(gold_sections) < len(relevant_ids):
+        gold_sections.append(frozenset())
+    return gold_sections
+
+
+def _result(
+    resident: ResidentSet, outcomes: Sequence[Outcome], by_type: Mapping[str, Sequence[Outcome]]
+) -> StrategyResult:
+    """One row of the comparison: the resident set and its outcomes, overall and per type."""
     return StrategyResult(
         name=resident.name,
         strategy=resident.strategy,
@@ -313,24 +327,6 @@ def evaluate_resident_set(
         overall=summarize(outcomes),
         by_type={t: summarize(o) for t, o in sorted(by_type.items())},
         covered_mask=tuple(o.covered for o in outcomes),
-    )
-
-
-def rescued_of_rag(
-    rows: Sequence[StrategyResult], baseline: str = "rag-top5"
-) -> tuple[StrategyResult, ...]:
-    """Each row with the share of `baseline`'s misses it covers (same questions, same order)."""
-    base = next((r for r in rows if r.name == baseline), None)
-    if base is None:
-        return tuple(rows)
-    missed = [i for i, covered in enumerate(base.covered_mask) if not covered]
-    if not missed:
-        return tuple(rows)
-    return tuple(
-        r.model_copy(
-            update={"rag_misses_rescued": sum(r.covered_mask[i] for i in missed) / len(missed)}
-        )
-        for r in rows
     )
 
 

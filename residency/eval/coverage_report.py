@@ -4,6 +4,7 @@ whole report (`residency eval coverage --json`)."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -169,4 +170,22 @@ class CoverageReport(BaseModel):
     notes: tuple[str, ...] = Field(default=(), description="What the reader should know.")
     across_seeds: tuple[RowAcrossSeeds, ...] = Field(
         default=(), description="--seeds N: every row's mean and sd over N traffic seeds."
+    )
+
+
+def rescued_of_rag(
+    rows: Sequence[StrategyResult], baseline: str = "rag-top5"
+) -> tuple[StrategyResult, ...]:
+    """Each row with the share of `baseline`'s misses it covers (same questions, same order)."""
+    base = next((r for r in rows if r.name == baseline), None)
+    if base is None:
+        return tuple(rows)
+    missed = [i for i, covered in enumerate(base.covered_mask) if not covered]
+    if not missed:
+        return tuple(rows)
+    return tuple(
+        r.model_copy(
+            update={"rag_misses_rescued": sum(r.covered_mask[i] for i in missed) / len(missed)}
+        )
+        for r in rows
     )

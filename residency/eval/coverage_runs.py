@@ -13,7 +13,7 @@ evaluation traffic with the same rankings.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -49,6 +49,7 @@ from residency.planning.plan_model import (
 from residency.planning.run import CACHE_DIR, DATA_ROOT, index_closeness
 from residency.planning.scoring import DEFAULT_DEPTH, DEFAULT_PRIOR_WEIGHT
 from residency.planning.settings import Strategy
+from residency.query_log import LogEntry
 from residency.tokenizer import ApproxTokenizer, LocalTokenizer, ModelTokenizer, reopen_tokenizer
 
 SIM_BLOCK_SIZE = 16
@@ -265,6 +266,48 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
     host = None
     if opts.kv_cache_tokens is not None and opts.max_model_len is not None:
         host = host_capacity(opts.kv_cache_tokens, opts.max_model_len, opts.concurrency)
+    rows = _strategy_sets(job, index, mass, capacity, encoder, summary, progress)
+    if host is not None:
+        rows += _host_sets(job, index, mass, host, encoder, summary, traffic.log)
+    retrieval = (
+        "hybrid (dense + BM25)"
+        if job.dense
+        else "BM25-only (--retriever hybrid: dense + BM25, as the router)"
+    )
+    notes = [
+        f"index {'reused' if reused else 'built'}: {index.directory}; retrieval {retrieval}",
+        f"tokens counted with the tiny tokenizer {tokenizer_dir.name}",
+        f"planner scoring: attribution depth {job.depth}, prior weight {job.prior_weight:g}",
+    ]
+    notes.append(f"random: the mean of {RANDOM_DRAWS} draws")
+    progress.start("ranking eval questions", len({q.query for q in traffic.eval_questions}))
+    report = evaluate_coverage(
+        index,
+        traffic.eval_questions,
+        rows,
+        encoder,
+        source=f"simulated from {job.squad_file}",
+        routing=opts.routing,
+        budget_tokens=opts.budget_tokens,
+        simulation=traffic.stats,
+        notes=notes,
+        progress=progress.advance,
+    )
+    return _merge_draws(report)
+
+
+def _strategy_sets(
+    job: SimulationJob,
+    index: Index,
+    mass: Mapping[str, float],
+    capacity: CapacitySnapshot,
+    encoder: ModelTokenizer,
+    summary: LogSummary,
+    progress: BuildProgress,
+) -> list[ResidentSet]:
+    """Every strategy planned at the simulation's budget: RAG at each k, the planned ones,
+    random residency as several draws."""
+    opts = job.options
     progress.start("planning", len(STRATEGIES))
     plans = {}
     for strategy in STRATEGIES:
@@ -293,44 +336,38 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
             )
             drawn = build_plan(index, mass, capacity, encoder, options)
             rows.append(ResidentSet.from_plan(drawn, opts.routing.k, name=f"random#{draw}"))
-    if host is not None:
-        options = PlanOptions(depth=job.depth, prior_weight=job.prior_weight, log_summary=summary)
-        single = build_plan(index, mass, host, encoder, options)
-        rows.append(ResidentSet.from_plan(single, opts.routing.k, name="single-prefix"))
-        memo: dict[str, list[str]] = {}
+    return rows
 
-        def search(query: str, n: int) -> list[str]:
-            if query not in memo:
-                memo[query] = [h.section_id for h in index.search(query, job.depth)]
-            return memo[query][:n]
 
-        affinity = merge_affinity(co_asked(traffic.log, search, job.depth), index_closeness(index))
-        served = build_prefix_plan(index, mass, affinity, host, encoder, options)
-        rows.append(ResidentSet.from_plan(served, opts.routing.k, name="residency"))
-    retrieval = (
-        "hybrid (dense + BM25)"
-        if job.dense
-        else "BM25-only (--retriever hybrid: dense + BM25, as the router)"
-    )
-    notes = [
-        f"index {'reused' if reused else 'built'}: {index.directory}; retrieval {retrieval}",
-        f"tokens counted with the tiny tokenizer {tokenizer_dir.name}",
-        f"planner scoring: attribution depth {job.depth}, prior weight {job.prior_weight:g}",
-    ]
-    notes.append(f"random: the mean of {RANDOM_DRAWS} draws")
-    progress.start("ranking eval questions", len({q.query for q in traffic.eval_questions}))
-    report = evaluate_coverage(
-        index,
-        traffic.eval_questions,
-        rows,
-        encoder,
-        source=f"simulated from {job.squad_file}",
-        routing=opts.routing,
-        budget_tokens=opts.budget_tokens,
-        simulation=traffic.stats,
-        notes=notes,
-        progress=progress.advance,
-    )
+def _host_sets(
+    job: SimulationJob,
+    index: Index,
+    mass: Mapping[str, float],
+    host: CapacitySnapshot,
+    encoder: ModelTokenizer,
+    summary: LogSummary,
+    log: Sequence[LogEntry],
+) -> list[ResidentSet]:
+    """On the modelled host: one prefix of its window ('single-prefix') and the prefixes as
+    served ('residency')."""
+    k = job.options.routing.k
+    options = PlanOptions(depth=job.depth, prior_weight=job.prior_weight, log_summary=summary)
+    single = build_plan(index, mass, host, encoder, options)
+    single_row = ResidentSet.from_plan(single, k, name="single-prefix")
+    memo: dict[str, list[str]] = {}
+
+    def search(query: str, n: int) -> list[str]:
+        if query not in memo:
+            memo[query] = [h.section_id for h in index.search(query, job.depth)]
+        return memo[query][:n]
+
+    affinity = merge_affinity(co_asked(log, search, job.depth), index_closeness(index))
+    served = build_prefix_plan(index, mass, affinity, host, encoder, options)
+    return [single_row, ResidentSet.from_plan(served, k, name="residency")]
+
+
+def _merge_draws(report: CoverageReport) -> CoverageReport:
+    """The report with the random draws' rows merged into one 'random' row, in place."""
     draws = [r for r in report.results if r.name.startswith("random#")]
     merged: list[StrategyResult] = []
     for r in report.results:

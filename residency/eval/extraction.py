@@ -155,14 +155,9 @@ def bad_characters(text: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class FileFigures:
-    """What reading one benchmark file gave, against its reference."""
+class WordCounts:
+    """The word and heading counts of a file or of several, against their references."""
 
-    path: str
-    format: DocumentFormat
-    expect: str
-    sections: int
-    skipped: tuple[str, ...]  # the reasons given for the file
     reference_words: int  # PDF: the reference less its running furniture
     kept_words: int
     indexed_words: int
@@ -174,6 +169,17 @@ class FileFigures:
     raw_reference_words: int  # the whole reference, furniture included ...
     raw_kept_words: int  # ... and how many of its words the index holds
 
+
+@dataclass(frozen=True, slots=True)
+class FileFigures(WordCounts):
+    """What reading one benchmark file gave, against its reference."""
+
+    path: str
+    format: DocumentFormat
+    expect: str
+    sections: int
+    skipped: tuple[str, ...]  # the reasons given for the file
+
     @property
     def as_expected(self) -> bool:
         """Indexed when it should be; skipped with a reason (and no section) when it should be."""
@@ -183,21 +189,11 @@ class FileFigures:
 
 
 @dataclass(frozen=True, slots=True)
-class Totals:
+class Totals(WordCounts):
     """Figures summed over several files (a format, or the whole benchmark)."""
 
     files: int
     unexpected: int  # files not indexed / skipped as the manifest expects
-    reference_words: int
-    kept_words: int
-    indexed_words: int
-    added_words: int
-    headings_expected: int
-    headings_found: int
-    headings_matched: int
-    bad_chars: int
-    raw_reference_words: int
-    raw_kept_words: int
 
     @property
     def words_kept(self) -> float:

@@ -157,6 +157,35 @@ def evaluate_retrieval(
     from residency.index import manifest_hash  # numpy: loaded when an eval runs, not for --help
 
     answerable = [q for q in questions if q.relevant_ids]
+    reports = _retriever_reports(index, answerable, progress)
+    unknown = sorted({r for q in answerable for r in q.relevant_ids if not index.has_section(r)})
+    hybrid = reports.get("hybrid")
+    checked = tuple(
+        b.model_copy(update={"actual": hybrid.overall.value(b.metric) if hybrid else None})
+        for b in budgets
+    )
+    return RetrievalEvalReport(
+        timestamp=dt.datetime.now(dt.UTC),
+        index_dir=str(index.directory),
+        manifest_hash=manifest_hash(index.directory),
+        questions_file=str(questions_file),
+        questions_hash=hashlib.sha256(questions_file.read_bytes()).hexdigest(),
+        questions_total=len(questions),
+        evaluated=len(answerable),
+        excluded_no_relevant=len(questions) - len(answerable),
+        unknown_relevant_ids=tuple(unknown[:20]),
+        unknown_relevant_count=len(unknown),
+        settings=_settings(index),
+        retrievers=reports,
+        budgets=checked,
+    )
+
+
+def _retriever_reports(
+    index: Index, answerable: Sequence[Question], progress: Callable[[int], None] | None
+) -> dict[str, RetrieverReport]:
+    """Section-level metrics per retriever, overall and per question type (queries embedded in
+    batches of QUERY_BATCH)."""
     rets = index.retrievers()
     rows: dict[str, list[tuple[str, dict[str, float]]]] = {}
     for start in range(0, len(answerable), QUERY_BATCH):
@@ -172,43 +201,29 @@ def evaluate_retrieval(
                 rows.setdefault(name, []).append((q.type or UNTYPED, row))
         if progress is not None:
             progress(len(batch))
-    reports = {}
+    reports: dict[str, RetrieverReport] = {}
     for name, scored in rows.items():
         types = sorted({t for t, _ in scored})
         reports[name] = RetrieverReport(
             overall=mean_metrics([r for _, r in scored]),
             by_type={t: mean_metrics([r for u, r in scored if u == t]) for t in types},
         )
-    unknown = sorted({r for q in answerable for r in q.relevant_ids if not index.has_section(r)})
-    hybrid = reports.get("hybrid")
-    checked = tuple(
-        b.model_copy(update={"actual": hybrid.overall.value(b.metric) if hybrid else None})
-        for b in budgets
-    )
+    return reports
+
+
+def _settings(index: Index) -> EvalSettings:
+    """The retrieval settings the index was built and is searched with."""
+    rets = index.retrievers()
     chunker = index.manifest.chunker
-    return RetrievalEvalReport(
-        timestamp=dt.datetime.now(dt.UTC),
-        index_dir=str(index.directory),
-        manifest_hash=manifest_hash(index.directory),
-        questions_file=str(questions_file),
-        questions_hash=hashlib.sha256(questions_file.read_bytes()).hexdigest(),
-        questions_total=len(questions),
-        evaluated=len(answerable),
-        excluded_no_relevant=len(questions) - len(answerable),
-        unknown_relevant_ids=tuple(unknown[:20]),
-        unknown_relevant_count=len(unknown),
-        settings=EvalSettings(
-            embedder=index.manifest.embedder.name if index.manifest.embedder else None,
-            sparse_tokenizer=index.manifest.sparse_tokenizer,
-            weights=rets.hybrid.weights,
-            prefetch=rets.hybrid.prefetch,
-            rrf_k=rets.hybrid.rrf_k,
-            chunker=f"{chunker.kind}/{chunker.chunk_chars}"
-            + (f"/{chunker.chunk_overlap}" if chunker.kind == "fixed" else ""),
-            backend=describe_backend(index),
-        ),
-        retrievers=reports,
-        budgets=checked,
+    return EvalSettings(
+        embedder=index.manifest.embedder.name if index.manifest.embedder else None,
+        sparse_tokenizer=index.manifest.sparse_tokenizer,
+        weights=rets.hybrid.weights,
+        prefetch=rets.hybrid.prefetch,
+        rrf_k=rets.hybrid.rrf_k,
+        chunker=f"{chunker.kind}/{chunker.chunk_chars}"
+        + (f"/{chunker.chunk_overlap}" if chunker.kind == "fixed" else ""),
+        backend=describe_backend(index),
     )
 
 

@@ -261,10 +261,7 @@ def build_index(
     `embedder`: the one to use instead of building ``options.embedder`` (same name)."""
     started = time.perf_counter()
     corpus_dir, index_dir = corpus_dir.resolve(), index_dir.resolve()
-    chunker = options.chunker
-    if chunker.kind == "semantic":
-        chunker = chunker.model_copy(update={"embedder": options.embedder})
-    check_chunker_settings(chunker)
+    chunker = _chunker(options)
     _check_target(corpus_dir, index_dir)
     if embedder is not None and embedder.name != options.embedder:
         raise ConfigError(f"embedder {embedder.name!r} given for --embedder {options.embedder!r}")
@@ -280,12 +277,8 @@ def build_index(
         spill = tmp / SPILL_DIR
         spill.mkdir()
         total_tokens, sentences = _write_sections(stream, tmp / SECTIONS_FILE, plan)
-        if options.strict and stream.skipped:
-            listed = "; ".join(f"{s.location()}: {s.reason}" for s in stream.skipped[:5])
-            raise CorpusError(
-                f"--strict: {len(stream.skipped)} input(s) would be skipped ({listed}"
-                f"{'; ...' if len(stream.skipped) > 5 else ''}); nothing written"
-            )
+        if options.strict:
+            _refuse_skipped(stream)
         old = previous.vectors(embedder) if previous and embedder and options.dense else None
         done = _write_chunks(tmp, spill, plan, old, sentences)
         info = None
@@ -310,16 +303,42 @@ def build_index(
             embedder=info,
             chunker=chunker,
             vector_count=len(done.keys) if info else 0,
-            build=BuildStats(
-                embedded_chunks=done.embedded if info else 0,
-                reused_chunks=done.count - done.embedded if info else 0,
-                embedded_sentences=sentences,
-                seconds=round(time.perf_counter() - started, 3),
-                parsed_files=len(stream.parsed_files),
-                reused_files=len(stream.reused_files),
-                removed_files=len(stream.removed_files()),
-            ),
+            build=_build_stats(stream, done, sentences, started, dense=info is not None),
         )
         carry_over(index_dir, tmp, exclude=INDEX_ARTEFACTS)
         (tmp / MANIFEST_FILE).write_bytes(manifest_bytes(manifest))
     return manifest
+
+
+def _chunker(options: IndexOptions) -> ChunkerSettings:
+    """The chunker settings, checked (a semantic chunker embeds with --embedder)."""
+    chunker = options.chunker
+    if chunker.kind == "semantic":
+        chunker = chunker.model_copy(update={"embedder": options.embedder})
+    check_chunker_settings(chunker)
+    return chunker
+
+
+def _refuse_skipped(stream: CorpusStream) -> None:
+    """--strict: a `CorpusError` naming the first inputs the corpus would skip, if any."""
+    if stream.skipped:
+        listed = "; ".join(f"{s.location()}: {s.reason}" for s in stream.skipped[:5])
+        raise CorpusError(
+            f"--strict: {len(stream.skipped)} input(s) would be skipped ({listed}"
+            f"{'; ...' if len(stream.skipped) > 5 else ''}); nothing written"
+        )
+
+
+def _build_stats(
+    stream: CorpusStream, done: _Chunked, sentences: int, started: float, *, dense: bool
+) -> BuildStats:
+    """What the build embedded, reused and parsed, and how long it took."""
+    return BuildStats(
+        embedded_chunks=done.embedded if dense else 0,
+        reused_chunks=done.count - done.embedded if dense else 0,
+        embedded_sentences=sentences,
+        seconds=round(time.perf_counter() - started, 3),
+        parsed_files=len(stream.parsed_files),
+        reused_files=len(stream.reused_files),
+        removed_files=len(stream.removed_files()),
+    )

@@ -71,8 +71,10 @@ def _check_existing(
 ) -> bool:
     """Refuse a collection that means something else; True if ``name`` must be created."""
     if (record.sparse_tokenizer, record.normalization, record.term_hash) != (
-        src.tokenizer.name, src.normalization, TERM_HASH,
-    ) or (record.k1, record.b) != (src.k1, src.b):  # fmt: skip
+        src.tokenizer.name,
+        src.normalization,
+        TERM_HASH,
+    ) or (record.k1, record.b) != (src.k1, src.b):
         raise ConfigError(
             f"Qdrant collection {collection!r} holds BM25 terms of {record.sparse_tokenizer} / "
             f"{record.normalization} / {record.term_hash} (k1 {record.k1}, b {record.b}); index "
@@ -173,9 +175,12 @@ def _existing(client: QdrantClient, collection: str) -> dict[str, dict[str, Any]
     offset: Any = None
     while True:
         points, offset = client.scroll(
-            collection, limit=2048, offset=offset, with_payload=list(PAYLOAD_FIELDS),
+            collection,
+            limit=2048,
+            offset=offset,
+            with_payload=list(PAYLOAD_FIELDS),
             with_vectors=False,
-        )  # fmt: skip
+        )
         out.update({str(p.id): dict(p.payload or {}) for p in points})
         if offset is None:
             return out

@@ -125,22 +125,49 @@ def pack(
     for item in first:
         bins[0].append(item)
         free[0] -= item.tokens
-    by_id = {i.id: i for i in chosen}
-    parent = {i.id: i.id for i in chosen}
-    size = {i.id: i.tokens for i in chosen}
     limit = max(free) if free else 0
+    edges = _edges(chosen, affinity, section_of, document_of)
+    for cluster in sorted(_clusters(chosen, edges, limit), key=lambda c: -sum(i.tokens for i in c)):
+        tokens = sum(i.tokens for i in cluster)
+        slot = _tightest(free, tokens)
+        if slot is not None:
+            bins[slot] += cluster
+            free[slot] -= tokens
+            continue
+        for item in sorted(cluster, key=lambda i: -i.value / max(i.tokens, 1)):
+            slot = _tightest(free, item.tokens)
+            if slot is not None:
+                bins[slot].append(item)
+                free[slot] -= item.tokens
+    placed = {i.id for b in bins for i in b}
+    by_id = {i.id for i in chosen}
+    for item in sorted(spare, key=lambda i: -i.value / max(i.tokens, 1)):
+        if item.id in placed or item.id in by_id:
+            continue
+        slot = _tightest(free, item.tokens)
+        if slot is not None:
+            bins[slot].append(item)
+            free[slot] -= item.tokens
+            placed.add(item.id)
+    value = sum(i.value for b in bins for i in b)
+    return Packing(tuple(tuple(i.id for i in b) for b in bins), value)
 
-    def root(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
 
+Edge = tuple[int, float, str, str]
+
+
+def _edges(
+    chosen: Sequence[T],
+    affinity: Mapping[Pair, float],
+    section_of: Callable[[str], str],
+    document_of: Callable[[str], str] | None,
+) -> list[Edge]:
+    """(tier, weight, a, b) in merge order: tier 0 parts of one section, tier 1 one document,
+    tier 2 affinity (strongest first)."""
     by_section: dict[str, list[str]] = {}
     for item in chosen:
         by_section.setdefault(section_of(item.id), []).append(item.id)
-    # (tier, weight, a, b): tier 0 parts of one section, tier 1 one document, tier 2 affinity.
-    edges: list[tuple[int, float, str, str]] = []
+    edges: list[Edge] = []
     for ids in by_section.values():
         edges += [(0, 0.0, a, b) for a, b in itertools.pairwise(ids)]
     if document_of is not None:
@@ -153,6 +180,20 @@ def pack(
         if sa in by_section and sb in by_section:
             edges.append((2, -w, by_section[sa][0], by_section[sb][0]))
     edges.sort(key=lambda e: (e[0], e[1]))
+    return edges
+
+
+def _clusters(chosen: Sequence[T], edges: Sequence[Edge], limit: int) -> list[list[T]]:
+    """Union-find along `edges`, never growing a cluster past `limit` tokens."""
+    parent = {i.id: i.id for i in chosen}
+    size = {i.id: i.tokens for i in chosen}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
     for _, _, a, b in edges:
         ra, rb = root(a), root(b)
         if ra != rb and size[ra] + size[rb] <= limit:
@@ -161,31 +202,10 @@ def pack(
     clusters: dict[str, list[T]] = {}
     for item in chosen:
         clusters.setdefault(root(item.id), []).append(item)
+    return list(clusters.values())
 
-    def place(item_tokens: int) -> int | None:
-        fits = [n for n, room in enumerate(free) if room >= item_tokens]
-        return min(fits, key=lambda n: free[n]) if fits else None
 
-    for cluster in sorted(clusters.values(), key=lambda c: -sum(i.tokens for i in c)):
-        tokens = sum(i.tokens for i in cluster)
-        slot = place(tokens)
-        if slot is not None:
-            bins[slot] += cluster
-            free[slot] -= tokens
-            continue
-        for item in sorted(cluster, key=lambda i: -i.value / max(i.tokens, 1)):
-            slot = place(item.tokens)
-            if slot is not None:
-                bins[slot].append(item)
-                free[slot] -= item.tokens
-    placed = {i.id for b in bins for i in b}
-    for item in sorted(spare, key=lambda i: -i.value / max(i.tokens, 1)):
-        if item.id in placed or item.id in by_id:
-            continue
-        slot = place(item.tokens)
-        if slot is not None:
-            bins[slot].append(item)
-            free[slot] -= item.tokens
-            placed.add(item.id)
-    value = sum(i.value for b in bins for i in b)
-    return Packing(tuple(tuple(i.id for i in b) for b in bins), value)
+def _tightest(free: Sequence[int], tokens: int) -> int | None:
+    """The prefix with the least free room that still holds `tokens` (None: none does)."""
+    fits = [n for n, room in enumerate(free) if room >= tokens]
+    return min(fits, key=lambda n: free[n]) if fits else None

@@ -41,14 +41,10 @@ from residency.planning.build import (
     PlanItem,
     PlanOptions,
     build_plan,
-    canonical_order,
     check_ids,
-    plan_items,
     prefix_info,
-    render_item,
     render_items,
     resident_item,
-    section_scores,
 )
 from residency.planning.grouping import Packing, Pair, pack
 from residency.planning.plan_model import (
@@ -59,8 +55,14 @@ from residency.planning.plan_model import (
     ResidencyPlan,
     single_prefix,
 )
-from residency.planning.prefix import RenderedPrefix, render_prefix
+from residency.planning.prefix import RenderedPrefix
 from residency.planning.settings import MAX_PREFIXES
+from residency.planning.shared_head import (
+    SHARED_HEAD_SHARE,
+    PrefixLayout,
+    common_leading_tokens,
+    lay_out,
+)
 from residency.tokenizer import ModelTokenizer
 
 
@@ -71,9 +73,13 @@ def hybrid_pool(capacity: CapacitySnapshot) -> tuple[HybridPool, int] | None:
     if bp is None or not capacity.is_hybrid:
         return None
     pool = HybridPool(
-        bp.num_blocks, capacity.block_size, bp.attention_groups, bp.state_groups,
-        bp.prefill_chunk_tokens, bp.retention_interval,
-    )  # fmt: skip
+        bp.num_blocks,
+        capacity.block_size,
+        bp.attention_groups,
+        bp.state_groups,
+        bp.prefill_chunk_tokens,
+        bp.retention_interval,
+    )
     concurrency = capacity.concurrent_requests or 1
     return pool, pool_headroom_blocks(pool, concurrency, capacity.per_request_tokens or 0)
 
@@ -97,54 +103,12 @@ def max_prefix_count(capacity: CapacitySnapshot, shared: int = 0) -> int:
     return max_prefixes(capacity.kv_cache_tokens, window, reserve, shared)
 
 
-def _head(items: Sequence[PlanItem], pins: set[str], room: int) -> list[PlanItem]:
-    """The shared head: the knapsack's best items for `room` tokens (pins always in), in
-    canonical order."""
-    if room <= 0 and not pins:
-        return []
-    candidates = [Candidate(i.id, i.tokens, i.value, pinned=i.section.id in pins) for i in items]
-    keep = set(select_resident(candidates, max(room, 0)).resident_ids)
-    chosen = [i for i in items if i.id in keep]
-    return canonical_order(chosen, pins)
-
-
-# The default shared head: this share of the window (measured, see the module docstring and
-# docs/plan.md: on JSQuAD heads of 0, 4K ... 26K tokens of a 29K window were tried; 20K gave the
-# best mean over seeds 0-4 and the same on seeds 7-11).
-SHARED_HEAD_SHARE = 2 / 3
-# Tokens kept free at the seam between the head and a prefix's own sections: the blank line that
-# joins them may tokenize into the head's last token.
-SEAM_TOKENS = 2
-
-
 def default_shared_tokens(capacity: CapacitySnapshot) -> int:
     """The shared head's size when --shared-tokens is not given: two thirds of the window,
     none for hybrid models (their blocks are counted in one shared pool, not shared yet)."""
     if capacity.is_hybrid:
         return 0
     return int(_window(capacity) * SHARED_HEAD_SHARE)
-
-
-def shared_kv_tokens(head_tokens: int, block: int) -> int:
-    """KV tokens of the head every prefix reuses: its whole blocks less one (the seam)."""
-    return max(head_tokens // block - 1, 0) * block
-
-
-def common_leading_tokens(texts: Sequence[str], encoder: ModelTokenizer) -> int:
-    """Leading tokens every one of two or more texts shares (token ids where the tokenizer
-    gives them, else the count of the common leading text less one)."""
-    encoded = [encoder.encode(t) for t in texts]
-    ids = [x for x in encoded if x is not None]
-    if len(ids) == len(texts):
-        first, n = ids[0], min(len(x) for x in ids)
-        common = 0
-        while common < n and all(x[common] == first[common] for x in ids):
-            common += 1
-        return common
-    text = texts[0]
-    n = min(len(t) for t in texts)
-    end = next((i for i in range(n) if any(t[i] != text[i] for t in texts)), n)
-    return max(encoder.count(text[:end]) - 1, 0)
 
 
 def prefix_budgets(capacity: CapacitySnapshot, count: int, shared: int = 0) -> PrefixBudgets:
@@ -205,114 +169,124 @@ def build_prefix_plan(
         return _single(build_plan(index, mass, capacity, encoder, options), capacity, auto)
     check_ids(index, options.pins, "--pin")
     check_ids(index, options.excludes, "--exclude")
-    align = capacity.block_size if capacity.is_hybrid else None
-    instructions = (
-        options.instructions if options.instructions is not None else index.language.instructions
-    )
-    fixed = encoder.count(render_prefix(instructions, [], index.language))
-    overhead = fixed + ((align - 1) if align else 0)
     window = prefix_budgets(capacity, 1).window_tokens
-    scores = section_scores(index, mass, options)
-    items = [
-        i
-        for i in plan_items(index, scores, encoder, window - overhead)
-        if i.section.id not in options.excludes
-    ]
-    pins = set(options.pins)
-    block = capacity.block_size
     target = default_shared_tokens(capacity) if shared_tokens is None else shared_tokens
-    if capacity.is_hybrid and target:
-        raise ConfigError(
-            f"--shared-tokens {target}: a hybrid model's prefixes share no head yet (each is "
-            "counted whole in its block pool); leave --shared-tokens out or give 0"
-        )
-    pinned = sum(i.tokens for i in items if i.section.id in pins)
-    room = max(min(target, window) - overhead, pinned if target > 0 else 0)
-    head = _head(items, pins, room) if target > 0 else []
-    head_ids = {i.id for i in head}
-    head_tokens = overhead
-    if head:
-        lang = index.language
-        head_text = render_prefix(instructions, [render_item(i) for i in head], lang)
-        head_tokens = encoder.count(head_text) + SEAM_TOKENS  # dense only: no alignment pad
-    shared = shared_kv_tokens(head_tokens, block) if head else 0
-    branch_items = [i for i in items if i.id not in head_ids]
-    if head and window - head_tokens > 0:  # sections split to fit a prefix's own room
-        in_head = {i.section.id for i in head}
-        branch_items = [
-            i
-            for i in plan_items(index, scores, encoder, window - head_tokens)
-            if i.section.id not in in_head and i.section.id not in options.excludes
-        ]
-    branch_pins = set() if head else pins
-    head_value = sum(i.value for i in head)
+    layout = lay_out(index, mass, capacity, encoder, options, window, target)
     if prefixes is None:
-        most = max_prefix_count(capacity, shared)
-        best = (-1.0, 1)
-        for count in range(1, min(max(most, 1), MAX_PREFIXES) + 1):
-            try:
-                budgets = prefix_budgets(capacity, count, shared)
-            except InfeasiblePlanError:
-                break
-            if count == 1:  # one prefix: the single-prefix plan (no head)
-                one = [b - overhead for b in budgets.budgets_tokens]
-                best = (_pack(items, one, affinity, pins).value, 1) if min(one) > 0 else best
-                continue
-            rooms = [b - head_tokens for b in budgets.budgets_tokens]
-            if min(rooms) <= 0:
-                break
-            value = head_value + _pack(branch_items, rooms, affinity, branch_pins).value
-            if value > best[0] + 1e-9:  # a tie keeps fewer prefixes
-                best = (value, count)
-        prefixes = best[1]
+        prefixes = _best_count(layout, capacity, affinity)
         if prefixes == 1:
             return _single(build_plan(index, mass, capacity, encoder, options), capacity, auto)
-    budgets = prefix_budgets(capacity, prefixes, shared)
-    rooms = [b - head_tokens for b in budgets.budgets_tokens]
+    budgets = prefix_budgets(capacity, prefixes, layout.shared)
+    rooms = [b - layout.head_tokens for b in budgets.budgets_tokens]
     if min(rooms) <= 0:
         raise InfeasiblePlanError(
             f"--prefixes {prefixes}: the last prefix's budget of {budgets.budgets_tokens[-1]} "
-            f"tokens does not hold the instructions and the shared head ({head_tokens} tokens); "
-            "lower --prefixes or --shared-tokens"
+            "tokens does not hold the instructions and the shared head "
+            f"({layout.head_tokens} tokens); lower --prefixes or --shared-tokens"
         )
-    packing = _pack(branch_items, rooms, affinity, branch_pins)
-    by_id = {i.id: i for i in [*items, *branch_items]}
-    rendered: list[tuple[list[PlanItem], RenderedPrefix]] = []
-    for bin_ids, budget in zip(packing.bins, budgets.budgets_tokens, strict=True):
-        chosen = [by_id[i] for i in bin_ids]
-        ordered, text = render_items(
-            chosen, branch_pins, instructions, index, encoder, align, budget, lead=head
-        )
-        rendered.append((ordered, text))
-    # A prefix left empty (everything fit in fewer) holds nothing worth warming: dropped.
-    rendered = [r for r in rendered if len(r[0]) > len(head)] or rendered[:1]
-    rendered.sort(key=lambda r: -sum(i.value for i in r[0]))
-    if head and len(rendered) > 1:
-        common = common_leading_tokens([text.text for _, text in rendered], encoder)
-        if common // block * block < shared:  # the seam margin should make this impossible
-            raise InfeasiblePlanError(
-                f"the prefixes share {common} leading tokens, fewer than the {shared} planned; "
-                "plan with --shared-tokens 0"
-            )
-    else:
-        shared = 0
-    total = head_value + sum(
-        i.value for ordered, _ in rendered for i in ordered if i.id not in head_ids
-    )
+    packing = _pack(layout.branch_items, rooms, affinity, layout.branch_pins)
+    rendered, shared = _render(layout, packing, budgets, index, encoder, capacity.block_size)
     plan_prefixes = [
         single_prefix(
-            tuple(resident_item(i, pins) for i in ordered),
+            tuple(resident_item(i, layout.pins) for i in ordered),
             prefix_info(text, encoder),
             sum(i.value for i in ordered),
             f"p{n}",
         )
         for n, (ordered, text) in enumerate(rendered)
     ]
+    head_ids = layout.head_ids
+    total = layout.head_value + sum(
+        i.value for ordered, _ in rendered for i in ordered if i.id not in head_ids
+    )
+    plan = _plan(index, capacity, options, plan_prefixes, total, budgets, prefixes)
+    return _with_prefixes(plan, plan_prefixes, capacity, auto, shared)
+
+
+def _best_count(
+    layout: PrefixLayout, capacity: CapacitySnapshot, affinity: Mapping[Pair, float]
+) -> int:
+    """The count of prefixes with the best expected coverage (a tie keeps fewer)."""
+    most = max_prefix_count(capacity, layout.shared)
+    best = (-1.0, 1)
+    for count in range(1, min(max(most, 1), MAX_PREFIXES) + 1):
+        try:
+            budgets = prefix_budgets(capacity, count, layout.shared)
+        except InfeasiblePlanError:
+            break
+        if count == 1:  # one prefix: the single-prefix plan (no head)
+            one = [b - layout.overhead_tokens for b in budgets.budgets_tokens]
+            packed = _pack(layout.items, one, affinity, layout.pins)
+            best = (packed.value, 1) if min(one) > 0 else best
+            continue
+        rooms = [b - layout.head_tokens for b in budgets.budgets_tokens]
+        if min(rooms) <= 0:
+            break
+        branches = _pack(layout.branch_items, rooms, affinity, layout.branch_pins)
+        value = layout.head_value + branches.value
+        if value > best[0] + 1e-9:  # a tie keeps fewer prefixes
+            best = (value, count)
+    return best[1]
+
+
+Rendered = list[tuple[list[PlanItem], RenderedPrefix]]
+
+
+def _render(
+    layout: PrefixLayout,
+    packing: Packing,
+    budgets: PrefixBudgets,
+    index: Index,
+    encoder: ModelTokenizer,
+    block: int,
+) -> tuple[Rendered, int]:
+    """Each bin rendered after the head, empty ones dropped, the most valuable first; with the
+    KV tokens they share (checked against the text: 0 where there is no head)."""
+    by_id = {i.id: i for i in [*layout.items, *layout.branch_items]}
+    rendered: Rendered = []
+    for bin_ids, budget in zip(packing.bins, budgets.budgets_tokens, strict=True):
+        chosen = [by_id[i] for i in bin_ids]
+        ordered, text = render_items(
+            chosen,
+            layout.branch_pins,
+            layout.instructions,
+            index,
+            encoder,
+            layout.align,
+            budget,
+            lead=layout.head,
+        )
+        rendered.append((ordered, text))
+    # A prefix left empty (everything fit in fewer) holds nothing worth warming: dropped.
+    head = layout.head
+    rendered = [r for r in rendered if len(r[0]) > len(head)] or rendered[:1]
+    rendered.sort(key=lambda r: -sum(i.value for i in r[0]))
+    if not (head and len(rendered) > 1):
+        return rendered, 0
+    shared = layout.shared
+    common = common_leading_tokens([text.text for _, text in rendered], encoder)
+    if common // block * block < shared:  # the seam margin should make this impossible
+        raise InfeasiblePlanError(
+            f"the prefixes share {common} leading tokens, fewer than the {shared} planned; "
+            "plan with --shared-tokens 0"
+        )
+    return rendered, shared
+
+
+def _plan(
+    index: Index,
+    capacity: CapacitySnapshot,
+    options: PlanOptions,
+    plan_prefixes: list[PlanPrefix],
+    total: float,
+    budgets: PrefixBudgets,
+    prefixes: int,
+) -> ResidencyPlan:
+    """The plan of these prefixes, its first prefix as the plan's own (prefixes listed later)."""
     # The head's items are in every prefix; the plan lists each item once.
     resident = tuple({r.id: r for p in plan_prefixes for r in p.resident}.values())
     whole = {r.section_id for r in resident if r.id == r.section_id}
-    first = plan_prefixes[0]
-    plan = ResidencyPlan.model_validate(
+    return ResidencyPlan.model_validate(
         dict(
             created_at=dt.datetime.now(dt.UTC),
             strategy="planner",
@@ -324,7 +298,7 @@ def build_prefix_plan(
             optimality_gap_bound=0.0,
             resident=resident,
             long_tail_section_ids=tuple(s.id for s in index.sections if s.id not in whole),
-            prefix=first.prefix,
+            prefix=plan_prefixes[0].prefix,
             coverage=Coverage(
                 resident_share=min(total, 1.0),
                 resident_sections=len({r.section_id for r in resident}),
@@ -333,7 +307,6 @@ def build_prefix_plan(
             ),
         )
     )
-    return _with_prefixes(plan, plan_prefixes, capacity, auto, shared)
 
 
 def _single(plan: ResidencyPlan, capacity: CapacitySnapshot, auto: bool) -> ResidencyPlan:

@@ -27,9 +27,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from residency.errors import CorpusError
-from residency.normalize import NORMALIZATION_VERSION
 from residency.retrieval.bm25s_cpu import bm25s
-from residency.retrieval.sparse import BM25S_FILES, FORMAT_VERSION, META_FILE, Bm25Meta
+from residency.retrieval.sparse import BM25S_FILES, META_FILE, Bm25Meta
 from residency.retrieval.stored import npy_header, write_meta_with_ids
 from residency.retrieval.tokenize_ja import Tokenizer
 
@@ -144,15 +143,7 @@ class Bm25Writer:
                 rows.tofile(rows_out)
         np.save(directory / names["indptr_name"], indptr)
         self._write_params(directory, vocab, n_docs)
-        meta = Bm25Meta(
-            format_version=FORMAT_VERSION,
-            tokenizer=self.tokenizer.name,
-            normalization=NORMALIZATION_VERSION,
-            k1=self.k1,
-            b=self.b,
-            method="lucene",
-            ids=["-"],
-        )
+        meta = Bm25Meta.written_now(self.tokenizer.name, self.k1, self.b, ["-"])
         write_meta_with_ids(directory / META_FILE, meta, ids_file)
 
     def _spilled(

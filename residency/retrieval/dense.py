@@ -57,6 +57,18 @@ class DenseMeta(BaseModel):
     index_kind: IndexKind = Field(description="FAISS index type")
     ids: list[str] = Field(min_length=1, description="Document ids in vector (row) order")
 
+    @classmethod
+    def written_now(cls, embedder: Embedder, index_kind: IndexKind, ids: list[str]) -> DenseMeta:
+        """The meta of a FAISS file written by this version (its format and normalization)."""
+        return cls(
+            format_version=FORMAT_VERSION,
+            embedder=embedder.name,
+            dim=embedder.dim,
+            normalization=NORMALIZATION_VERSION,
+            index_kind=index_kind,
+            ids=ids,
+        )
+
 
 def empty_faiss_index(dim: int, kind: IndexKind) -> Any:
     """An empty inner-product index: exact (flat) or HNSW with this module's parameters."""
@@ -192,14 +204,7 @@ class DenseRetriever:
         if not directory.is_dir():
             raise ConfigError(f"index directory {str(directory)!r} does not exist")
         faiss.write_index(self._index, str(directory / INDEX_FILE))
-        meta = DenseMeta(
-            format_version=FORMAT_VERSION,
-            embedder=self.embedder.name,
-            dim=self.embedder.dim,
-            normalization=NORMALIZATION_VERSION,
-            index_kind=self.index_kind,
-            ids=list(self.ids),
-        )
+        meta = DenseMeta.written_now(self.embedder, self.index_kind, list(self.ids))
         (directory / META_FILE).write_bytes(orjson.dumps(meta.model_dump()))
 
     @classmethod

@@ -21,10 +21,8 @@ import faiss
 import numpy as np
 from numpy.typing import NDArray
 
-from residency.normalize import NORMALIZATION_VERSION
 from residency.retrieval.dense import (
     DEFAULT_HNSW_THRESHOLD,
-    FORMAT_VERSION,
     INDEX_FILE,
     META_FILE,
     DenseMeta,
@@ -109,14 +107,7 @@ class DenseWriter:
         else:
             faiss.write_index(self._index, str(self.directory / INDEX_FILE))
             self._index = None
-        meta = DenseMeta(
-            format_version=FORMAT_VERSION,
-            embedder=self.embedder.name,
-            dim=self.embedder.dim,
-            normalization=NORMALIZATION_VERSION,
-            index_kind=self.index_kind,
-            ids=["-"],
-        )
+        meta = DenseMeta.written_now(self.embedder, self.index_kind, ["-"])
         write_meta_with_ids(self.directory / META_FILE, meta, ids_file)
 
     def close(self) -> None:

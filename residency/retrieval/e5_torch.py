@@ -147,18 +147,17 @@ class E5TorchEncoder:
         mask = None if bool(valid.all()) else valid[:, None, None, :]
         with torch.inference_mode():
             x = torch.from_numpy(self.file.word_rows(ids.reshape(-1))).view(n, length, hidden)
-            x = fn.layer_norm(x + self._pos[:length] + self._type0, (hidden,), *self._eln,
-                              eps=shape.eps)  # fmt: skip
+            x = fn.layer_norm(
+                x + self._pos[:length] + self._type0, (hidden,), *self._eln, eps=shape.eps
+            )
             for ly in self._layers:
                 qkv = ly.qkv(x).view(n, length, 3, heads, -1)
                 q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
                 ctx = fn.scaled_dot_product_attention(q, k, v, attn_mask=mask)
                 ctx = ctx.transpose(1, 2).reshape(n, length, hidden)
-                x = fn.layer_norm(x + ly.ao(ctx), (hidden,), ly.aln_w,
-                                  ly.aln_b, eps=shape.eps)  # fmt: skip
+                x = fn.layer_norm(x + ly.ao(ctx), (hidden,), ly.aln_w, ly.aln_b, eps=shape.eps)
                 mid = fn.gelu(ly.fi(x))
-                x = fn.layer_norm(x + ly.fo(mid), (hidden,), ly.oln_w,
-                                  ly.oln_b, eps=shape.eps)  # fmt: skip
+                x = fn.layer_norm(x + ly.fo(mid), (hidden,), ly.oln_w, ly.oln_b, eps=shape.eps)
             pooled = (x * valid[:, :, None]).sum(dim=1) / torch.from_numpy(lengths)[:, None]
             return np.asarray(pooled.numpy(), dtype=np.float32)
 

@@ -243,39 +243,23 @@ class QdrantSearch:
         limit = n + TIE_SLACK
         paths = [
             models.QueryRequest(
-                query=dense, using=self.vector_name, limit=limit, filter=qfilter,
+                query=dense,
+                using=self.vector_name,
+                limit=limit,
+                filter=qfilter,
                 with_payload=_PAYLOAD,
             ),
             models.QueryRequest(
-                query=sparse, using=SPARSE_VECTOR, limit=limit, filter=qfilter,
+                query=sparse,
+                using=SPARSE_VECTOR,
+                limit=limit,
+                filter=qfilter,
                 with_payload=_PAYLOAD,
             ),
-        ]  # fmt: skip
+        ]
         requests = list(paths)
         if fused is not None:
-            weights, rrf_k, k = fused
-            w = [float(weights.get("dense", 1.0)), float(weights.get("bm25", 1.0))]
-            if w[0] != w[1] and "weights" not in models.Rrf.model_fields:
-                raise ConfigError(
-                    f"--qdrant-fusion qdrant-rrf with weights dense {w[0]:g} : bm25 {w[1]:g} "
-                    "needs a qdrant-client (and server) with weighted RRF; upgrade it, or use "
-                    "--qdrant-fusion rrf"
-                )
-            requests.append(
-                models.QueryRequest(
-                    prefetch=[
-                        models.Prefetch(query=dense, using=self.vector_name, limit=n,
-                                        filter=qfilter),
-                        models.Prefetch(query=sparse, using=SPARSE_VECTOR, limit=n,
-                                        filter=qfilter),
-                    ],
-                    # k + 1: Qdrant's rank term is (r + k - 1), Cormack's (r + k).
-                    query=models.RrfQuery(
-                        rrf=models.Rrf(k=rrf_k + 1, weights=None if w[0] == w[1] else w)
-                    ),
-                    limit=k, with_payload=_PAYLOAD,
-                )
-            )  # fmt: skip
+            requests.append(self._fused_request(dense, sparse, qfilter, n, fused))
         responses = self._run(requests)
         out = {
             "dense": self._hits(responses[0], n, positive=False),
@@ -283,6 +267,36 @@ class QdrantSearch:
         }
         server = self._hits(responses[2], fused[2], False) if fused is not None else None
         return out, server
+
+    def _fused_request(
+        self,
+        dense: list[float],
+        sparse: models.SparseVector,
+        qfilter: models.Filter | None,
+        n: int,
+        fused: tuple[Mapping[str, float], int, int],
+    ) -> models.QueryRequest:
+        """Qdrant's own RRF over the dense and sparse prefetches (weights, rrf k, limit)."""
+        from qdrant_client import models
+
+        weights, rrf_k, k = fused
+        w = [float(weights.get("dense", 1.0)), float(weights.get("bm25", 1.0))]
+        if w[0] != w[1] and "weights" not in models.Rrf.model_fields:
+            raise ConfigError(
+                f"--qdrant-fusion qdrant-rrf with weights dense {w[0]:g} : bm25 {w[1]:g} "
+                "needs a qdrant-client (and server) with weighted RRF; upgrade it, or use "
+                "--qdrant-fusion rrf"
+            )
+        return models.QueryRequest(
+            prefetch=[
+                models.Prefetch(query=dense, using=self.vector_name, limit=n, filter=qfilter),
+                models.Prefetch(query=sparse, using=SPARSE_VECTOR, limit=n, filter=qfilter),
+            ],
+            # k + 1: Qdrant's rank term is (r + k - 1), Cormack's (r + k).
+            query=models.RrfQuery(rrf=models.Rrf(k=rrf_k + 1, weights=None if w[0] == w[1] else w)),
+            limit=k,
+            with_payload=_PAYLOAD,
+        )
 
 
 class QdrantPath:
@@ -337,12 +351,14 @@ class QdrantHybrid:
         scores = {name: {h.id: h.score for h in hits} for name, hits in lists.items()}
         return lists, [
             FusedHit(
-                h.id, h.score, h.rank,
+                h.id,
+                h.score,
+                h.rank,
                 {p: r[h.id] for p, r in ranks.items() if h.id in r},
                 {p: s[h.id] for p, s in scores.items() if h.id in s},
             )
             for h in server
-        ]  # fmt: skip
+        ]
 
     def search(
         self,

@@ -60,6 +60,19 @@ class Bm25Meta(BaseModel):
     method: Literal["lucene"] = Field(description="bm25s scoring variant")
     ids: list[str] = Field(min_length=1, description="Document ids in index (row) order")
 
+    @classmethod
+    def written_now(cls, tokenizer: str, k1: float, b: float, ids: list[str]) -> Bm25Meta:
+        """The meta of files written by this version (its format and normalization)."""
+        return cls(
+            format_version=FORMAT_VERSION,
+            tokenizer=tokenizer,
+            normalization=NORMALIZATION_VERSION,
+            k1=k1,
+            b=b,
+            method="lucene",
+            ids=ids,
+        )
+
 
 def check_ids(ids: Sequence[str], n_rows: int, what: str) -> None:
     """ValueError if ids and rows differ in count; CorpusError on a duplicate id."""
@@ -243,15 +256,7 @@ class BM25Retriever:
         if not directory.is_dir():
             raise ConfigError(f"index directory {str(directory)!r} does not exist")
         self._model.save(directory, show_progress=False, **BM25S_FILES)
-        meta = Bm25Meta(
-            format_version=FORMAT_VERSION,
-            tokenizer=self.tokenizer.name,
-            normalization=NORMALIZATION_VERSION,
-            k1=self.k1,
-            b=self.b,
-            method="lucene",
-            ids=list(self.ids),
-        )
+        meta = Bm25Meta.written_now(self.tokenizer.name, self.k1, self.b, list(self.ids))
         (directory / META_FILE).write_bytes(orjson.dumps(meta.model_dump()))
 
     @classmethod

@@ -34,10 +34,21 @@ from residency.vllm_client.kv_wire import (
 )
 
 __all__ = [  # the wire's names stay importable from here
-    "AllBlocksCleared", "BlockHash", "BlockRemoved", "BlockStored", "EventBatch", "EventSource",
-    "KvEvent", "KvEventSubscriber", "KvEventsError", "connect_address", "decode_batch",
-    "first_source", "sources_from", "stop_task",
-]  # fmt: skip
+    "AllBlocksCleared",
+    "BlockHash",
+    "BlockRemoved",
+    "BlockStored",
+    "EventBatch",
+    "EventSource",
+    "KvEvent",
+    "KvEventSubscriber",
+    "KvEventsError",
+    "connect_address",
+    "decode_batch",
+    "first_source",
+    "sources_from",
+    "stop_task",
+]
 
 log = logging.getLogger("residency.kv_events")
 
@@ -260,8 +271,9 @@ class KvEventSubscriber:
         self._log_bad(kind, message)
 
     def _restart(self) -> None:
-        log.info("KV events %s: sequence restarted; the cache is unknown again",
-                 self.source.endpoint)  # fmt: skip
+        log.info(
+            "KV events %s: sequence restarted; the cache is unknown again", self.source.endpoint
+        )
         self.last_seq = None
         self._on_reset()
 
@@ -312,8 +324,12 @@ class KvEventSubscriber:
                     self.replayed += 1
                     await self._deliver(seq, frames[2])
         except TimeoutError:
-            log.warning("KV events %s: replay from %d got no end marker in %g s",
-                        self.source.replay_endpoint, start, REPLAY_TIMEOUT_S)  # fmt: skip
+            log.warning(
+                "KV events %s: replay from %d got no end marker in %g s",
+                self.source.replay_endpoint,
+                start,
+                REPLAY_TIMEOUT_S,
+            )
         except zmq.ZMQError as exc:
             self._bad("replay", f"replay from {start}: {exc}")
         finally:

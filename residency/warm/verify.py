@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from residency.capacity.profiles import ModelProfile, model_profile_names, profiles_dir
 from residency.errors import ConfigError, UpstreamError, UpstreamMismatchError
-from residency.planning.plan_model import ResidencyPlan
+from residency.planning.plan_model import PrefixInfo, ResidencyPlan
 from residency.planning.prefix import hash_token_ids
 from residency.vllm_client import ServedModel, VllmClient
 
@@ -79,9 +79,46 @@ def served_matches(plan_model: str, served: ServedModel) -> bool:
 def check_server(plan: ResidencyPlan, client: VllmClient, allow_model_mismatch: bool) -> WarmTarget:
     """Refuse a server whose model, tokenizer or max_model_len differ from the plan's."""
     url, cap, prefix = client.base_url, plan.capacity, plan.prefix
+    warnings: list[str] = []
+    served = _served_model(plan, client, allow_model_mismatch, warnings)
+    labels = client.cache_config_info()
+    if labels.get("enable_prefix_caching", "True") == "False":
+        raise UpstreamMismatchError(
+            f"--server {url} runs with prefix caching off (vllm:cache_config_info "
+            "enable_prefix_caching=False): nothing can stay resident; restart vLLM with "
+            "--enable-prefix-caching"
+        )
+    block_size = int(labels.get("block_size") or cap.block_size)
+    if block_size != cap.block_size:
+        warnings.append(
+            f"block size differs: plan {cap.block_size}, server {block_size} (expected cached "
+            "tokens use the server's)"
+        )
+    ids = _prefix_ids(prefix, client, served.id, warnings)
+    prompt = shared_prefix_ids(client, served.id, prefix.text)
+    length = served.max_model_len or cap.max_model_len
+    if len(prompt) >= length:
+        raise UpstreamMismatchError(
+            f"the prefix renders to {len(prompt):,} tokens with the chat template; --server {url} "
+            f"max_model_len is {length:,}: no room for a question; re-plan with --server {url}"
+        )
+    target = WarmTarget(served.id, tuple(prompt), len(ids), block_size, tuple(warnings))
+    if target.expected_cached_tokens == 0:
+        raise ConfigError(
+            f"the shared prefix has {len(prompt):,} tokens, not more than one {block_size}-token "
+            "block: vLLM caches only full blocks, so nothing would stay resident"
+        )
+    return target
+
+
+def _served_model(
+    plan: ResidencyPlan, client: VllmClient, allow_model_mismatch: bool, warnings: list[str]
+) -> ServedModel:
+    """The served model the plan names (else the first), refused unless its name and window
+    match the plan's (`--allow-model-mismatch`: a name that differs is a warning)."""
+    url, cap = client.base_url, plan.capacity
     served_all = client.models()
     served = next((s for s in served_all if served_matches(cap.model, s)), served_all[0])
-    warnings: list[str] = []
     if not served_matches(cap.model, served):
         what = f"--server {url} serves {served.id!r} (root {served.root!r})"
         if not allow_model_mismatch:
@@ -103,26 +140,22 @@ def check_server(plan: ResidencyPlan, client: VllmClient, allow_model_mismatch: 
             f"{served.max_model_len}; re-plan with --server {url} (it plans the server's own "
             f"window){restart}"
         )
-    labels = client.cache_config_info()
-    if labels.get("enable_prefix_caching", "True") == "False":
-        raise UpstreamMismatchError(
-            f"--server {url} runs with prefix caching off (vllm:cache_config_info "
-            "enable_prefix_caching=False): nothing can stay resident; restart vLLM with "
-            "--enable-prefix-caching"
-        )
-    block_size = int(labels.get("block_size") or cap.block_size)
-    if block_size != cap.block_size:
-        warnings.append(
-            f"block size differs: plan {cap.block_size}, server {block_size} (expected cached "
-            "tokens use the server's)"
-        )
-    ids = client.tokenize(prefix.text, model=served.id)
+    return served
+
+
+def _prefix_ids(
+    prefix: PrefixInfo, client: VllmClient, model: str, warnings: list[str]
+) -> list[int]:
+    """The prefix's token ids on the server, refused unless they hash as the plan's (a plan
+    without a token hash: its text must hash as the plan's, and a warning says so)."""
+    url = client.base_url
+    ids = client.tokenize(prefix.text, model=model)
     if prefix.hash_of == "token_ids":
         server_hash = hash_token_ids(ids)
         if server_hash != prefix.hash:
             raise UpstreamMismatchError(
                 f"plan was made with tokenizer {prefix.tokenizer}: {prefix.token_count:,} tokens / "
-                f"hash {prefix.hash[:19]}…; --server {url} ({served.id}) tokenizes the prefix to "
+                f"hash {prefix.hash[:19]}…; --server {url} ({model}) tokenizes the prefix to "
                 f"{len(ids):,} tokens / hash {server_hash[:19]}…; re-plan with --server {url}"
             )
     else:
@@ -136,20 +169,7 @@ def check_server(plan: ResidencyPlan, client: VllmClient, allow_model_mismatch: 
             f"plan has no token hash ({prefix.tokenizer}): tokenizer not verified; the server "
             f"counts {len(ids):,} tokens, the plan {prefix.token_count:,}"
         )
-    prompt = shared_prefix_ids(client, served.id, prefix.text)
-    length = served.max_model_len or cap.max_model_len
-    if len(prompt) >= length:
-        raise UpstreamMismatchError(
-            f"the prefix renders to {len(prompt):,} tokens with the chat template; --server {url} "
-            f"max_model_len is {length:,}: no room for a question; re-plan with --server {url}"
-        )
-    target = WarmTarget(served.id, tuple(prompt), len(ids), block_size, tuple(warnings))
-    if target.expected_cached_tokens == 0:
-        raise ConfigError(
-            f"the shared prefix has {len(prompt):,} tokens, not more than one {block_size}-token "
-            "block: vLLM caches only full blocks, so nothing would stay resident"
-        )
-    return target
+    return ids
 
 
 def shared_prefix_ids(client: VllmClient, model: str, prefix_text: str) -> list[int]:
