@@ -19,14 +19,14 @@ from pathlib import Path
 from planner import CacheSettings, build_kv_layout, plan_capacity
 from planner.kv_layout import Platform
 from planner.units import DTypeFlag
-from residency.capacity.profiles import ResolvedModel, resolve_model
-from residency.capacity.report import (
+from residency.capacity.assemble import (
     CapacityReport,
     ServerComparison,
-    _inputs,
-    _report,
-    _settings,
+    assemble_report,
+    report_inputs,
+    resolve_settings,
 )
+from residency.capacity.profiles import ResolvedModel, resolve_model
 from residency.capacity.request import CapacityRequest
 from residency.errors import ConfigError
 from residency.vllm_client import VllmClient
@@ -180,7 +180,7 @@ def server_report(req: CapacityRequest) -> CapacityReport:
     kv_bytes = label_int(labels, "kv_cache_memory_bytes")
     if label_int(labels, "num_gpu_blocks_override") is not None:
         kv_bytes = None  # --num-gpu-blocks-override caps the pool below the KV bytes
-    settings = _settings(req, None, **overrides)
+    settings = resolve_settings(req, None, **overrides)
     _refuse_contradictions(req, model, settings, served.max_model_len, labels, kv_bytes, num_blocks)
     settings, _ = infer_settings(
         model, settings, req.stated, label_int(labels, "block_size"), kv_bytes, num_blocks
@@ -208,5 +208,5 @@ def server_report(req: CapacityRequest) -> CapacityReport:
         ),
         cache_config_info=labels,
     )
-    inputs = _inputs(req, model, settings, source, cpu_avx512_bf16_source=avx_source)
-    return _report(plan, inputs, server=comparison)
+    inputs = report_inputs(req, model, settings, source, cpu_avx512_bf16_source=avx_source)
+    return assemble_report(plan, inputs, server=comparison)
