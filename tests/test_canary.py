@@ -30,8 +30,8 @@ from router_server import RouterProcess
 from residency.corpus.samples import EN_SAMPLE
 from residency.errors import ConfigError
 from residency.index import IndexOptions, build_index, open_index
+from residency.keep.agent_metrics import AgentMetrics
 from residency.planning.plan_model import read_plan
-from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.agent_settings import AgentSettings, floor_of
 from residency.serve.canary import MAX_CANARY_BYTES, RecallCanary, evaluate_canary, read_canary
 from residency.serve.context import ContextBuilder

@@ -49,10 +49,12 @@ ALLOWED: dict[str, frozenset[str]] = {
     "capacity": frozenset(),
     "planning": frozenset({"capacity", "corpus", "index", "models"}),
     "warm": frozenset({"capacity", "planning"}),
-    "serve": frozenset({"corpus", "index", "planning", "retrieval", "timex", "warm"}),
+    "keep": frozenset({"planning", "warm"}),
+    "serve": frozenset({"corpus", "index", "keep", "planning", "retrieval", "timex", "warm"}),
     "eval": frozenset({"corpus", "index", "models", "planning", "retrieval", "serve", "timex"}),
 }
-ALLOWED["bench"] = frozenset(ALLOWED) - {"bench"}
+# keep is the router's own (serve builds it); the commands reach it through serve.
+ALLOWED["bench"] = frozenset(ALLOWED) - {"bench", "keep"}
 ALLOWED["demo"] = ALLOWED["bench"] | {"bench"}
 ALLOWED["cli"] = ALLOWED["demo"] | {"demo"}
 TOP_LEVEL_FILES = frozenset({"__init__", "__main__"})

@@ -3,5 +3,6 @@ request path (`router`), the per-request context (retrieve, route, pin dated sec
 `context`, `pruner`), prompt assembly, the upstream pool, the response headers, metrics and the
 query log it appends (which the plan stage reads back).
 
-May import: planner, the cross-cutting modules, corpus, index, planning, retrieval, timex, warm.
+May import: planner, the cross-cutting modules, corpus, index, keep, planning, retrieval, timex,
+warm.
 """

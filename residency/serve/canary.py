@@ -24,8 +24,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from residency.errors import ConfigError
+from residency.keep.agent_metrics import AgentMetrics
 from residency.retrieval.metrics import K_VALUES, question_metrics
-from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.agent_settings import AgentSettings, floor_of
 from residency.serve.context import ContextBuilder, _retriever
 from residency.serve.state import ServingState

@@ -16,6 +16,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -25,16 +26,16 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from residency.errors import BackendError
+from residency.keep.keeper import ResidencyKeeper
 from residency.serve import drain as shutdown
 from residency.serve.errors import error_response, unavailable
 from residency.serve.exchange import Endpoint, Exchange
 from residency.serve.forensics import Forensics
 from residency.serve.guard import ClientGoneError, Slots, read_body, wait_disconnect
-from residency.serve.keepwarm import KeepWarm
 from residency.serve.prompt import assemble_messages
 from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog, source_of
 from residency.serve.settings import ServeSettings
-from residency.serve.state import ServingState
+from residency.serve.state import Current, ServingState
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, Upstream, UpstreamPool
 from residency.serve.validation import RequestError, parse_request
@@ -57,29 +58,42 @@ log = logging.getLogger("residency.serve")
 INLINE_BODY_BYTES = 256 * 1024
 
 
-class Router:
-    """Owns the serving state (swapped whole on reload), pool, HTTP client, metrics, query log."""
+@dataclass(frozen=True, slots=True)
+class RouterParts:
+    """What a router serves with, each built on its own (serve/service.py builds them)."""
 
-    def __init__(
-        self,
-        settings: ServeSettings,
-        state: ServingState,
-        pool: UpstreamPool,
-        http: Session,
-        metrics: RouterMetrics,
-        slots: Slots,
-    ) -> None:
+    current: Current  # the serving state, swapped whole on reload
+    pool: UpstreamPool
+    http: Session
+    metrics: RouterMetrics
+    slots: Slots
+    keeper: ResidencyKeeper
+    forensics: Forensics
+    drain: shutdown.Drain
+    log: RouterQueryLog | None
+
+
+class Router:
+    """Serves each request with the parts it is given: the current plan's context builder, the
+    upstream pool, the residency keeper, the forensics, the metrics and the query log."""
+
+    def __init__(self, settings: ServeSettings, parts: RouterParts) -> None:
         self.settings = settings
-        self.state = state
-        self.pool = pool
-        self.http = http
-        self.metrics = metrics
-        self.slots = slots
-        self.log = RouterQueryLog(settings.log, metrics) if settings.log else None
+        self.current = parts.current
+        self.pool = parts.pool
+        self.http = parts.http
+        self.metrics = parts.metrics
+        self.slots = parts.slots
+        self.keeper = parts.keeper
+        self.forensics = parts.forensics
+        self.drain = parts.drain
+        self.log = parts.log
         self._limiter = anyio.CapacityLimiter(2)
-        self.keep_warm = KeepWarm(metrics, lambda: self.state.keep_warm)
-        self.drain = shutdown.Drain(settings.shutdown_timeout_s)  # the app's, set at start
-        self.forensics = Forensics(metrics.agent)
+
+    @property
+    def state(self) -> ServingState:
+        """The serving state now (a request keeps the one it started with)."""
+        return self.current.state
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
@@ -135,7 +149,7 @@ class Router:
             except NoUpstreamError:
                 return self._finish_error(ex, unavailable(len(self.pool.upstreams)))
             try:
-                await self.keep_warm.ready(up, retrieval.prefix_id)  # a re-warm under way
+                await self.keeper.ready(up, retrieval.prefix_id)  # a re-warm under way
                 payload = await self._payload(up, endpoint, body, assembled, large)
                 if stream:
                     return await self._stream(request, ex, up, payload, client_usage)
@@ -328,7 +342,7 @@ class Router:
         if usage.prompt_tokens is not None:
             self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens, r.prefix_id)
             if ex.upstream is not None:
-                self.keep_warm.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
+                self.keeper.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
             if ex.admission is not None:
                 self.forensics.answered(ex.admission, usage, self.state.keep_warm.expected)
         if ex.ttft_s is not None and ex.outcome == "ok":

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import get_args
 
+from residency.keep.agent_metrics import RECALL_KS
 from residency.routing import Route
-from residency.serve.agent_metrics import RECALL_KS
 from residency.serve.record import Outcome
 from residency.serve.telemetry import RouterMetrics
 from residency.vllm_client.endpoints import Generation
