@@ -111,8 +111,9 @@ class EngineResidency:
             self._metrics.kv_events.labels(up.label).set(0)
             log.info(
                 "upstream %s: no KV events (its /kv_event_sources lists no ZMQ publisher); "
-                "keep-warm counts tokens", up.label,
-            )  # fmt: skip
+                "keep-warm counts tokens",
+                up.label,
+            )
             return
         t = Tracked(up, source)
         bad = self._metrics.kv_event_errors
@@ -128,8 +129,10 @@ class EngineResidency:
         self._tracked[up.position] = t
         log.info(
             "upstream %s: residency from vLLM's KV events (%s, replay %s)",
-            up.label, source.endpoint, source.replay_endpoint or "none",
-        )  # fmt: skip
+            up.label,
+            source.endpoint,
+            source.replay_endpoint or "none",
+        )
 
     async def refresh(self, up: KeptUpstream) -> None:
         """Track the current plan's prefixes on `up` (after it was warmed with them): their
@@ -143,8 +146,11 @@ class EngineResidency:
             api_key = self._settings.upstream_api_key
             prompts = await anyio.to_thread.run_sync(prefix_prompts, plan, up, api_key)
         except (ResidencyError, TransportError) as exc:
-            log.warning("upstream %s: prefix prompts unreadable (%s); keep-warm counts tokens",
-                        up.label, exc)  # fmt: skip
+            log.warning(
+                "upstream %s: prefix prompts unreadable (%s); keep-warm counts tokens",
+                up.label,
+                exc,
+            )
             t.plan_key = None
             self._metrics.kv_events.labels(up.label).set(0)
             return
@@ -210,9 +216,12 @@ class EngineResidency:
                 self.observer.evicted(t.up, prefix_id, resident, total, batch.ts)
             log.info(
                 "upstream %s: prefix %s lost blocks (%d of %s resident, KV events); re-warm "
-                "scheduled", t.up.label, prefix_id, t.index.resident_blocks(prefix_id),
+                "scheduled",
+                t.up.label,
+                prefix_id,
+                t.index.resident_blocks(prefix_id),
                 t.index.total_blocks(prefix_id),
-            )  # fmt: skip
+            )
             self._schedule(t, prefix_id, reason)
         if change.cleared:
             for prefix_id in t.index.prefix_ids:
@@ -223,8 +232,12 @@ class EngineResidency:
         """A subscriber that failed: back to keep-warm's count on that upstream, said once."""
         if task.cancelled() or task.exception() is None:
             return
-        log.error("upstream %s: KV events from %s stopped (%s); keep-warm counts tokens",
-                  t.up.label, t.source.endpoint, task.exception())  # fmt: skip
+        log.error(
+            "upstream %s: KV events from %s stopped (%s); keep-warm counts tokens",
+            t.up.label,
+            t.source.endpoint,
+            task.exception(),
+        )
         if self._tracked.get(t.up.position) is t:
             del self._tracked[t.up.position]
         self._metrics.kv_events.labels(t.up.label).set(0)
@@ -322,8 +335,12 @@ class EngineResidency:
             self._metrics.keep_warm_requests.labels(t.up.label, "rewarm").inc()
             result = "ok" if answer.status_code == 200 else "failed"
             if answer.status_code != 200:
-                log.info("upstream %s: re-warm of %s answered %d", t.up.label,
-                         ", ".join(pid for pid, _ in carried), answer.status_code)  # fmt: skip
+                log.info(
+                    "upstream %s: re-warm of %s answered %d",
+                    t.up.label,
+                    ", ".join(pid for pid, _ in carried),
+                    answer.status_code,
+                )
             else:
                 self._metrics.keep_warm_prefill_tokens.labels(t.up.label, "rewarm").inc(prefill)
         except (TransportError, ResidencyError) as exc:

@@ -97,9 +97,14 @@ class PlanReloader:
         prefixes = len(state.builder.plan.all_prefixes())
         log.info(
             "plan reloaded (%s): %s -> %s, %d prefix(es) warmed on %d upstream(s) (%s), %.1f s",
-            trigger, old.short_sha, state.short_sha, prefixes, len(warmed),
-            ", ".join(warmed) or "none in rotation", time.perf_counter() - started,
-        )  # fmt: skip
+            trigger,
+            old.short_sha,
+            state.short_sha,
+            prefixes,
+            len(warmed),
+            ", ".join(warmed) or "none in rotation",
+            time.perf_counter() - started,
+        )
         return "ok"
 
     def _refuse(self, trigger: str, old: ServingState, why: str, sha: str | None = None) -> str:
@@ -107,8 +112,11 @@ class PlanReloader:
         tried = f" {sha[:12]}" if sha else ""
         log.error(
             "plan reload refused (%s): plan%s: %s; still serving plan %s",
-            trigger, tried, why, old.short_sha,
-        )  # fmt: skip
+            trigger,
+            tried,
+            why,
+            old.short_sha,
+        )
         return "refused"
 
     async def _prepare(self, plan: ResidencyPlan) -> list[str]:
