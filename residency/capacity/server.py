@@ -157,25 +157,7 @@ def server_report(req: CapacityRequest) -> CapacityReport:
         )
     model = resolve_model(ref)
     length = served.max_model_len or req.cache.max_model_len
-    overrides: dict[str, object] = {"max_model_len": length}
-    if labels.get("user_specified_block_size") == "True" and label_int(labels, "block_size"):
-        overrides["block_size"] = label_int(labels, "block_size")
-    if labels.get("cache_dtype"):
-        overrides["kv_cache_dtype"] = labels["cache_dtype"]
-    avx_source = None
-    ssm_label = labels.get("mamba_ssm_cache_dtype")
-    if ssm_label and model.spec.is_hybrid:
-        # The label is the server's resolved value: vllm/platforms/cpu.py has already applied
-        # its AVX512-BF16 rule on the server's own CPU, so it must not be applied again here
-        # (a server without AVX512-BF16 reports "auto", which stays the conv-state dtype).
-        overrides["mamba_ssm_cache_dtype"] = ssm_label
-        overrides["cpu_avx512_bf16"] = False
-        avx_source = (
-            f"not applied: the server's mamba_ssm_cache_dtype label ({ssm_label}) is vLLM's "
-            "value, already resolved on the server's CPU"
-        )
-    if labels.get("enable_prefix_caching") in ("True", "False"):
-        overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
+    overrides, avx_source = _server_overrides(labels, model, length)
     num_blocks = label_int(labels, "num_gpu_blocks") or 0
     kv_bytes = label_int(labels, "kv_cache_memory_bytes")
     if label_int(labels, "num_gpu_blocks_override") is not None:
@@ -210,3 +192,30 @@ def server_report(req: CapacityRequest) -> CapacityReport:
     )
     inputs = report_inputs(req, model, settings, source, cpu_avx512_bf16_source=avx_source)
     return assemble_report(plan, inputs, server=comparison)
+
+
+def _server_overrides(
+    labels: dict[str, str], model: ResolvedModel, max_model_len: int
+) -> tuple[dict[str, object], str | None]:
+    """The cache settings the server's labels fix, and how the AVX512-BF16 answer is known
+    when its resolved GDN state dtype is among them."""
+    overrides: dict[str, object] = {"max_model_len": max_model_len}
+    if labels.get("user_specified_block_size") == "True" and label_int(labels, "block_size"):
+        overrides["block_size"] = label_int(labels, "block_size")
+    if labels.get("cache_dtype"):
+        overrides["kv_cache_dtype"] = labels["cache_dtype"]
+    avx_source = None
+    ssm_label = labels.get("mamba_ssm_cache_dtype")
+    if ssm_label and model.spec.is_hybrid:
+        # The label is the server's resolved value: vllm/platforms/cpu.py has already applied
+        # its AVX512-BF16 rule on the server's own CPU, so it must not be applied again here
+        # (a server without AVX512-BF16 reports "auto", which stays the conv-state dtype).
+        overrides["mamba_ssm_cache_dtype"] = ssm_label
+        overrides["cpu_avx512_bf16"] = False
+        avx_source = (
+            f"not applied: the server's mamba_ssm_cache_dtype label ({ssm_label}) is vLLM's "
+            "value, already resolved on the server's CPU"
+        )
+    if labels.get("enable_prefix_caching") in ("True", "False"):
+        overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
+    return overrides, avx_source

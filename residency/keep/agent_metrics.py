@@ -81,6 +81,10 @@ class AgentMetrics:
             ("upstream", "prefix"),
             registry=r,
         )
+        self._declare_rewarms(r)
+
+    def _declare_rewarms(self, r: CollectorRegistry) -> None:
+        """Re-warms and the keep-warm requests of both sources."""
         self.rewarms = Counter(
             "residency_router_prefix_rewarms",
             "Re-warms sent from KV events: reason evicted, cleared, restart or learn (the "

@@ -287,22 +287,7 @@ class EngineResidency:
         refreshed: list[str] = []
         result = "failed"
         try:
-            # Every reason waits for --rewarm-interval since the prefix's last re-warm: a
-            # flood of restarts or clears must not chain re-warms. `go` (a learning probe, a
-            # request waiting for the prefix) skips only the quiet and in-flight waits.
-            earliest = self._last_sent.get(key, -1e9) + self._settings.rewarm_interval_s
-            give_up_waiting = time.monotonic() + REWARM_MAX_DEFER_S
-            while True:
-                now = time.monotonic()
-                if now < earliest:
-                    await asyncio.sleep(min(earliest - now, POLL_S))
-                    continue
-                quiet = now - self._last_hit.get(t.up.position, -1e9) >= QUIET_S
-                idle = t.up.outstanding == 0 or now >= give_up_waiting
-                if pending.go.is_set() or (quiet and idle):
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(pending.go.wait(), POLL_S)
+            await self._wait_turn(t, key, pending)
             if pending.carried:  # another prefix's re-warm took this one along; it finishes it
                 return
             if not t.up.usable or t.up.model is None:
@@ -335,12 +320,8 @@ class EngineResidency:
             self._metrics.keep_warm_requests.labels(t.up.label, "rewarm").inc()
             result = "ok" if answer.status_code == 200 else "failed"
             if answer.status_code != 200:
-                log.info(
-                    "upstream %s: re-warm of %s answered %d",
-                    t.up.label,
-                    ", ".join(pid for pid, _ in carried),
-                    answer.status_code,
-                )
+                names, status = ", ".join(pid for pid, _ in carried), answer.status_code
+                log.info("upstream %s: re-warm of %s answered %d", t.up.label, names, status)
             else:
                 self._metrics.keep_warm_prefill_tokens.labels(t.up.label, "rewarm").inc(prefill)
         except (TransportError, ResidencyError) as exc:
@@ -351,6 +332,24 @@ class EngineResidency:
                     self._finish(t, pid, p, result)
                 for other in refreshed:
                     self._metrics.rewarms.labels(t.up.label, other, "refresh", result).inc()
+
+    async def _wait_turn(self, t: Tracked, key: tuple[int, str], pending: Pending) -> None:
+        """Every reason waits for --rewarm-interval since the prefix's last re-warm: a flood
+        of restarts or clears must not chain re-warms. `go` (a learning probe, a request
+        waiting for the prefix) skips only the quiet and in-flight waits."""
+        earliest = self._last_sent.get(key, -1e9) + self._settings.rewarm_interval_s
+        give_up_waiting = time.monotonic() + REWARM_MAX_DEFER_S
+        while True:
+            now = time.monotonic()
+            if now < earliest:
+                await asyncio.sleep(min(earliest - now, POLL_S))
+                continue
+            quiet = now - self._last_hit.get(t.up.position, -1e9) >= QUIET_S
+            idle = t.up.outstanding == 0 or now >= give_up_waiting
+            if pending.go.is_set() or (quiet and idle):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pending.go.wait(), POLL_S)
 
     def _claim(self, t: Tracked, prefix_id: str) -> list[tuple[str, Pending]]:
         """The other re-warms waiting on `t`'s upstream, not yet sent: carried along now."""
