@@ -1,11 +1,11 @@
-"""The block index (residency/serve/block_index.py) on hand-written event sequences: how a
+"""The block index (residency/keep/block_index.py) on hand-written event sequences: how a
 prefix's chain is found by its tokens, when it counts as evicted and whole again, a shared head,
 a hybrid model's state group, and what is not residency (LoRA / salted blocks, offload tiers).
 The same logic on a real engine's events is in test_kv_events_vllm.py."""
 
 from __future__ import annotations
 
-from residency.serve.block_index import BlockIndex, Chain
+from residency.keep.block_index import BlockIndex, Chain
 from residency.vllm_client.kv_events import (
     AllBlocksCleared,
     BlockHash,

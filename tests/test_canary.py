@@ -31,8 +31,8 @@ from residency.context.settings import ContextSettings
 from residency.corpus.samples import EN_SAMPLE
 from residency.errors import ConfigError
 from residency.index import IndexOptions, build_index, open_index
+from residency.keep.agent_metrics import AgentMetrics
 from residency.planning.plan_model import read_plan
-from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.agent_settings import AgentSettings, floor_of
 from residency.serve.canary import MAX_CANARY_BYTES, RecallCanary, evaluate_canary, read_canary
 from residency.serve.state import ServingState

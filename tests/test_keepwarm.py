@@ -1,4 +1,4 @@
-"""Keep-warm's accounting (residency/serve/keepwarm.py) without a model server: how a prefix
+"""Keep-warm's accounting (residency/keep/token_count.py) without a model server: how a prefix
 ages, when it is due, what counts as an eviction, and that a touch nobody answers is counted
 as failed and not retried at once. The touch that keeps a prefix cached is tested on vLLM in
 test_keepwarm_vllm.py."""
@@ -9,8 +9,8 @@ import asyncio
 
 from prometheus_client import generate_latest
 
+from residency.keep.token_count import KeepWarmPolicy, TokenCount, new_tokens
 from residency.launcher import free_port
-from residency.serve.keepwarm import KeepWarm, KeepWarmPolicy, new_tokens
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import UpstreamPool
 from residency.vllm_client import Usage, open_session
@@ -47,7 +47,7 @@ async def _ages() -> None:
         metrics = RouterMetrics()
         up = UpstreamPool(["http://127.0.0.1:9"], http, metrics, 5.0).upstreams[0]
         up.healthy, up.model = True, "m"
-        keep = KeepWarm(metrics, lambda: _policy(None))
+        keep = TokenCount(metrics, lambda: _policy(None))
         keep.observe(up, "p0", Usage(prompt_tokens=300, cached_tokens=96, completion_tokens=4))
         assert (keep.age(up, "p0"), keep.age(up, "p1"), keep.age(up, "p2")) == (0, 208, 208)
         keep.observe(up, "p1", Usage(prompt_tokens=200, cached_tokens=32, completion_tokens=0))
@@ -71,7 +71,7 @@ async def _due() -> None:
         # Nothing listens on this port: the touch is sent for real and fails.
         up = UpstreamPool([f"http://127.0.0.1:{free_port()}"], http, metrics, 5.0).upstreams[0]
         up.healthy, up.model = True, "m"
-        keep = KeepWarm(metrics, lambda: _policy(250))
+        keep = TokenCount(metrics, lambda: _policy(250))
         keep.observe(up, "p0", Usage(prompt_tokens=200, cached_tokens=96, completion_tokens=4))
         assert _sample(metrics, "residency_router_keep_warm_touches_total") == 0  # 108 < 250
         keep.observe(up, "p0", Usage(prompt_tokens=300, cached_tokens=96, completion_tokens=4))
@@ -98,7 +98,7 @@ async def _reload() -> None:
         up = UpstreamPool(["http://127.0.0.1:9"], http, metrics, 5.0).upstreams[0]
         up.healthy, up.model = True, "m"
         served = [_policy(None)]
-        keep = KeepWarm(metrics, lambda: served[0])
+        keep = TokenCount(metrics, lambda: served[0])
         keep.observe(up, "p0", Usage(prompt_tokens=300, cached_tokens=96, completion_tokens=4))
         assert keep.age(up, "p1") == 208
         # The new plan keeps p1's text (same hash) under the id p0 and has a new prefix p1.

@@ -17,8 +17,8 @@ import msgspec
 import pytest
 import zmq
 
+from residency.keep.block_index import BlockIndex, Chain
 from residency.launcher import free_port
-from residency.serve.block_index import BlockIndex, Chain
 from residency.vllm_client.kv_events import (
     EventBatch,
     EventSource,

@@ -50,12 +50,14 @@ ALLOWED: dict[str, frozenset[str]] = {
     "warm": frozenset({"capacity", "planning"}),
     "context": frozenset({"corpus", "index", "planning", "retrieval", "timex"}),
     "status": frozenset(),
+    "keep": frozenset({"planning", "warm"}),
     "serve": frozenset(
-        {"context", "corpus", "index", "planning", "retrieval", "status", "timex", "warm"}
+        {"context", "corpus", "index", "keep", "planning", "retrieval", "status", "timex", "warm"}
     ),
     "eval": frozenset({"context", "corpus", "index", "models", "planning", "retrieval", "timex"}),
 }
-ALLOWED["bench"] = frozenset(ALLOWED) - {"bench"}
+# keep is the router's own (serve builds it); the commands reach it through serve.
+ALLOWED["bench"] = frozenset(ALLOWED) - {"bench", "keep"}
 ALLOWED["demo"] = ALLOWED["bench"] | {"bench"}
 ALLOWED["cli"] = ALLOWED["demo"] | {"demo"}
 TOP_LEVEL_FILES = frozenset({"__init__", "__main__"})

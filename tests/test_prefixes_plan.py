@@ -359,7 +359,7 @@ def test_a_shared_head_leads_every_prefix_and_is_counted_once(
 def test_keep_warm_touches_only_plans_with_several_prefixes(
     index: Index, tokenizer_dir: Path
 ) -> None:
-    from residency.serve.keepwarm import policy_of
+    from residency.keep.token_count import policy_of
 
     cap, enc = capacity(10_000, 300), LocalTokenizer(tokenizer_dir)
     multi = build_prefix_plan(index, _mass(index), {}, cap, enc, PlanOptions(), None, 0)

@@ -19,14 +19,14 @@ from pathlib import Path
 from planner import CacheSettings, build_kv_layout, plan_capacity
 from planner.kv_layout import Platform
 from planner.units import DTypeFlag
-from residency.capacity.profiles import ResolvedModel, resolve_model
-from residency.capacity.report import (
+from residency.capacity.assemble import (
     CapacityReport,
     ServerComparison,
-    _inputs,
-    _report,
-    _settings,
+    assemble_report,
+    report_inputs,
+    resolve_settings,
 )
+from residency.capacity.profiles import ResolvedModel, resolve_model
 from residency.capacity.request import CapacityRequest
 from residency.errors import ConfigError
 from residency.vllm_client import VllmClient
@@ -157,30 +157,12 @@ def server_report(req: CapacityRequest) -> CapacityReport:
         )
     model = resolve_model(ref)
     length = served.max_model_len or req.cache.max_model_len
-    overrides: dict[str, object] = {"max_model_len": length}
-    if labels.get("user_specified_block_size") == "True" and label_int(labels, "block_size"):
-        overrides["block_size"] = label_int(labels, "block_size")
-    if labels.get("cache_dtype"):
-        overrides["kv_cache_dtype"] = labels["cache_dtype"]
-    avx_source = None
-    ssm_label = labels.get("mamba_ssm_cache_dtype")
-    if ssm_label and model.spec.is_hybrid:
-        # The label is the server's resolved value: vllm/platforms/cpu.py has already applied
-        # its AVX512-BF16 rule on the server's own CPU, so it must not be applied again here
-        # (a server without AVX512-BF16 reports "auto", which stays the conv-state dtype).
-        overrides["mamba_ssm_cache_dtype"] = ssm_label
-        overrides["cpu_avx512_bf16"] = False
-        avx_source = (
-            f"not applied: the server's mamba_ssm_cache_dtype label ({ssm_label}) is vLLM's "
-            "value, already resolved on the server's CPU"
-        )
-    if labels.get("enable_prefix_caching") in ("True", "False"):
-        overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
+    overrides, avx_source = _server_overrides(labels, model, length)
     num_blocks = label_int(labels, "num_gpu_blocks") or 0
     kv_bytes = label_int(labels, "kv_cache_memory_bytes")
     if label_int(labels, "num_gpu_blocks_override") is not None:
         kv_bytes = None  # --num-gpu-blocks-override caps the pool below the KV bytes
-    settings = _settings(req, None, **overrides)
+    settings = resolve_settings(req, None, **overrides)
     _refuse_contradictions(req, model, settings, served.max_model_len, labels, kv_bytes, num_blocks)
     settings, _ = infer_settings(
         model, settings, req.fixed(), label_int(labels, "block_size"), kv_bytes, num_blocks
@@ -208,5 +190,32 @@ def server_report(req: CapacityRequest) -> CapacityReport:
         ),
         cache_config_info=labels,
     )
-    inputs = _inputs(req, model, settings, source, cpu_avx512_bf16_source=avx_source)
-    return _report(plan, inputs, server=comparison)
+    inputs = report_inputs(req, model, settings, source, cpu_avx512_bf16_source=avx_source)
+    return assemble_report(plan, inputs, server=comparison)
+
+
+def _server_overrides(
+    labels: dict[str, str], model: ResolvedModel, max_model_len: int
+) -> tuple[dict[str, object], str | None]:
+    """The cache settings the server's labels fix, and how the AVX512-BF16 answer is known
+    when its resolved GDN state dtype is among them."""
+    overrides: dict[str, object] = {"max_model_len": max_model_len}
+    if labels.get("user_specified_block_size") == "True" and label_int(labels, "block_size"):
+        overrides["block_size"] = label_int(labels, "block_size")
+    if labels.get("cache_dtype"):
+        overrides["kv_cache_dtype"] = labels["cache_dtype"]
+    avx_source = None
+    ssm_label = labels.get("mamba_ssm_cache_dtype")
+    if ssm_label and model.spec.is_hybrid:
+        # The label is the server's resolved value: vllm/platforms/cpu.py has already applied
+        # its AVX512-BF16 rule on the server's own CPU, so it must not be applied again here
+        # (a server without AVX512-BF16 reports "auto", which stays the conv-state dtype).
+        overrides["mamba_ssm_cache_dtype"] = ssm_label
+        overrides["cpu_avx512_bf16"] = False
+        avx_source = (
+            f"not applied: the server's mamba_ssm_cache_dtype label ({ssm_label}) is vLLM's "
+            "value, already resolved on the server's CPU"
+        )
+    if labels.get("enable_prefix_caching") in ("True", "False"):
+        overrides["enable_prefix_caching"] = labels["enable_prefix_caching"] == "True"
+    return overrides, avx_source

@@ -10,22 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from residency.retrieval.protocol import Hit, check_k
+from residency.retrieval.protocol import FusedHit, Hit, check_k
+
+__all__ = ["RRF_K", "FusedHit", "fuse_rrf"]
 
 RRF_K = 60
-
-
-@dataclass(frozen=True, slots=True)
-class FusedHit:
-    """A fused result: RRF score and rank, plus each retriever's own rank and score for it."""
-
-    id: str
-    score: float
-    rank: int
-    ranks: dict[str, int]
-    scores: dict[str, float]
 
 
 def fuse_rrf(

@@ -9,7 +9,6 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from residency.retrieval.embedders import Embedder
-    from residency.retrieval.fusion import FusedHit
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +18,17 @@ class Hit:
     id: str
     score: float
     rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class FusedHit:
+    """A fused result: RRF score and rank, plus each retriever's own rank and score for it."""
+
+    id: str
+    score: float
+    rank: int
+    ranks: dict[str, int]
+    scores: dict[str, float]
 
 
 class Retriever(Protocol):

@@ -3,6 +3,6 @@ request path (`router`), the upstream pool, metrics, the residency picture it se
 (`status_view`) and the query log it appends (which the plan stage reads back); each request's
 context (retrieve, route, pin dated sections, prune, assemble, headers) comes from `context`.
 
-May import: planner, the cross-cutting modules, context, corpus, index, planning, retrieval,
-status, timex, warm.
+May import: planner, the cross-cutting modules, context, corpus, index, keep, planning,
+retrieval, status, timex, warm.
 """

@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from residency.context.builder import ContextBuilder
 from residency.errors import ConfigError
+from residency.keep.agent_metrics import AgentMetrics
 from residency.retrieval.metrics import K_VALUES, question_metrics
-from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.agent_settings import AgentSettings, floor_of
 from residency.serve.state import ServingState
 

@@ -2,7 +2,7 @@
 front, from its own KV events. Read-only: it subscribes (replaying the publisher's buffer first,
 so blocks cached before it listened are seen while the buffer still holds their `BlockStored`),
 renders each planned prefix's shared prompt through the server's /tokenize and matches it
-against the stored blocks, exactly as the router does (residency/serve/kv_residency.py), but
+against the stored blocks, exactly as the router does (residency/keep/kv_residency.py), but
 sends no request that would touch the cache. Hits and misses need the router's requests: zero
 here; evictions seen since the buffer's start are recorded with vLLM's pool usage.
 """
@@ -18,9 +18,9 @@ import anyio
 from prometheus_client import CollectorRegistry
 
 from residency.errors import UpstreamError
+from residency.keep.agent_metrics import AgentMetrics
+from residency.keep.block_index import BlockIndex, Chain
 from residency.planning.plan_model import ResidencyPlan, read_plan
-from residency.serve.agent_metrics import AgentMetrics
-from residency.serve.block_index import BlockIndex, Chain
 from residency.serve.forensics import RECENT_REQUESTS, Forensics
 from residency.serve.state import plan_sha256, read_plan_bytes
 from residency.serve.status_view import residency_status

@@ -136,6 +136,8 @@ async def before_expiry(work: Awaitable[T], expired: asyncio.Event) -> T:
 def shutting_down() -> Response:
     """The 503 a request still running at --shutdown-timeout gets."""
     return error_response(
-        503, "the router is shutting down; retry the request", "service_unavailable",
+        503,
+        "the router is shutting down; retry the request",
+        "service_unavailable",
         "shutting_down",
-    )  # fmt: skip
+    )

@@ -1,7 +1,7 @@
 """What the router saw around each eviction of a planned block, and each prefix's recent
 requests: the evidence `GET /residency` and `residency status` show.
 
-An eviction (from vLLM's KV events, residency/serve/kv_residency.py) is recorded with its time,
+An eviction (from vLLM's KV events, residency/keep/kv_residency.py) is recorded with its time,
 upstream, prefix and blocks lost, the requests the router had handed to that upstream in the
 preceding second (their uncached tokens, read from their usage once they finish: a request
 still being prefilled when the block went is the likely cause and has no usage yet) and vLLM's
@@ -19,10 +19,9 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from residency.serve.agent_metrics import AgentMetrics
-from residency.serve.upstreams import Upstream
+from residency.keep.agent_metrics import AgentMetrics
+from residency.keep.upstream import KeptUpstream
 from residency.status.model import AdmittedRequest, EvictionRecord
 from residency.vllm_client import TransportError, Usage, find_samples, parse_prometheus
 
@@ -98,16 +97,6 @@ class _Prefix:
     last: Eviction | None = None
 
 
-class ResidencyObserver(Protocol):
-    """What is told of each upstream's planned blocks (residency/serve/forensics.py)."""
-
-    def evicted(
-        self, up: Upstream, prefix: str, resident: int, total: int, engine_ts: float
-    ) -> None: ...
-    def published(self, upstream: str, prefix: str, resident: int, total: int) -> None: ...
-    def rewarmed(self, upstream: str, prefix: str, reason: str, result: str) -> None: ...
-
-
 class Forensics:
     """The router's memory of admissions, request outcomes, evictions and re-warms."""
 
@@ -153,7 +142,7 @@ class Forensics:
             self.prefix(upstream, prefix).rewarms += 1
 
     def evicted(
-        self, up: Upstream, prefix: str, resident: int, total: int, engine_ts: float
+        self, up: KeptUpstream, prefix: str, resident: int, total: int, engine_ts: float
     ) -> None:
         """Blocks of a planned prefix were evicted on `up` (published at `engine_ts`): record
         it, count the blocks, and read vLLM's pool usage (logged with the record once read).
@@ -176,7 +165,7 @@ class Forensics:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _read_usage(self, up: Upstream, e: Eviction) -> None:
+    async def _read_usage(self, up: KeptUpstream, e: Eviction) -> None:
         """vLLM's pool usage now, then the log line (the admissions' usage known so far)."""
         try:
             text = await up.client.metrics_text(timeout_s=USAGE_TIMEOUT_S)

@@ -19,13 +19,19 @@ from pathlib import Path
 import anyio
 
 from residency.errors import ConfigError, ResidencyError
+from residency.keep.keeper import ResidencyKeeper
 from residency.planning.plan_model import ResidencyPlan
-from residency.serve.router import Router
 from residency.serve.series import initialise_series
 from residency.serve.settings import ServeSettings
-from residency.serve.state import ServingState, load_state, plan_sha256, read_plan_bytes
+from residency.serve.state import (
+    Current,
+    ServingState,
+    load_state,
+    plan_sha256,
+    read_plan_bytes,
+)
 from residency.serve.telemetry import RouterMetrics
-from residency.serve.upstreams import Upstream
+from residency.serve.upstreams import Upstream, UpstreamPool
 from residency.vllm_client import VllmClient
 from residency.warm import WarmOptions, served_matches, warm
 
@@ -35,12 +41,21 @@ log = logging.getLogger("residency.serve")
 class PlanReloader:
     """Loads, checks, warms and swaps in the plan at `settings.plan`, one reload at a time."""
 
-    def __init__(self, settings: ServeSettings, router: Router, metrics: RouterMetrics) -> None:
+    def __init__(
+        self,
+        settings: ServeSettings,
+        current: Current,
+        pool: UpstreamPool,
+        keeper: ResidencyKeeper,
+        metrics: RouterMetrics,
+    ) -> None:
         self.settings = settings
-        self.router = router
+        self.current = current
+        self.pool = pool
+        self.keeper = keeper
         self.metrics = metrics
         self._lock = asyncio.Lock()
-        self._tried_sha256 = router.state.plan_sha256  # the last content a reload looked at
+        self._tried_sha256 = current.state.plan_sha256  # the last content a reload looked at
         self._trying: str | None = None  # the sha256 of the plan being tried, once read
         self._stat: tuple[int, int] | None = _stat(settings.plan)
 
@@ -48,7 +63,7 @@ class PlanReloader:
         """Try the plan file now (or `data`, a plan made in process: the re-planner's): 'ok'
         (swapped), 'refused' (old plan kept) or 'unchanged'."""
         async with self._lock:
-            old = self.router.state
+            old = self.current.state
             try:
                 return await self._reload(trigger, data)
             except Exception as exc:  # every failure is a refusal, said once
@@ -59,7 +74,7 @@ class PlanReloader:
 
     async def _reload(self, trigger: str, data: bytes | None = None) -> str:
         started = time.perf_counter()
-        old = self.router.state
+        old = self.current.state
         self._trying = None
         if data is None:
             data = await anyio.to_thread.run_sync(read_plan_bytes, self.settings.plan)
@@ -71,20 +86,25 @@ class PlanReloader:
         state = await anyio.to_thread.run_sync(load_state, self.settings, data, old)
         await anyio.to_thread.run_sync(state.builder.warm_up)
         warmed = await self._prepare(state.builder.plan)
-        self.router.state = state  # one reference: the next request starts on the new plan
-        for up in self.router.pool.upstreams:  # every prefix of the new plan was just warmed
+        self.current.state = state  # one reference: the next request starts on the new plan
+        for up in self.pool.upstreams:  # every prefix of the new plan was just warmed
             if up.usable:
-                self.router.keep_warm.warmed(up)
+                self.keeper.warmed(up)
         self.metrics.plan_reloads.labels("ok").inc()
         self.metrics.set_plan(state.plan_sha256)
-        labels = [up.label for up in self.router.pool.upstreams]
+        labels = [up.label for up in self.pool.upstreams]
         initialise_series(self.metrics, labels, [p.id for p in state.builder.plan.all_prefixes()])
         prefixes = len(state.builder.plan.all_prefixes())
         log.info(
             "plan reloaded (%s): %s -> %s, %d prefix(es) warmed on %d upstream(s) (%s), %.1f s",
-            trigger, old.short_sha, state.short_sha, prefixes, len(warmed),
-            ", ".join(warmed) or "none in rotation", time.perf_counter() - started,
-        )  # fmt: skip
+            trigger,
+            old.short_sha,
+            state.short_sha,
+            prefixes,
+            len(warmed),
+            ", ".join(warmed) or "none in rotation",
+            time.perf_counter() - started,
+        )
         return "ok"
 
     def _refuse(self, trigger: str, old: ServingState, why: str, sha: str | None = None) -> str:
@@ -92,14 +112,17 @@ class PlanReloader:
         tried = f" {sha[:12]}" if sha else ""
         log.error(
             "plan reload refused (%s): plan%s: %s; still serving plan %s",
-            trigger, tried, why, old.short_sha,
-        )  # fmt: skip
+            trigger,
+            tried,
+            why,
+            old.short_sha,
+        )
         return "refused"
 
     async def _prepare(self, plan: ResidencyPlan) -> list[str]:
         """Check and warm every upstream in rotation at once; 'label: cached/shared tokens'
         per upstream. Raises the first upstream's failure (naming it)."""
-        ups = [u for u in self.router.pool.upstreams if u.usable]
+        ups = [u for u in self.pool.upstreams if u.usable]
         results = await asyncio.gather(
             *(anyio.to_thread.run_sync(self._prepare_one, plan, up) for up in ups),
             return_exceptions=True,

@@ -28,6 +28,7 @@ from residency.context.retriever import chunk_retriever
 from residency.context.settings import RetrieverName
 from residency.errors import ConfigError, CorpusError, ResidencyError
 from residency.index import Index
+from residency.keep.agent_metrics import AgentMetrics
 from residency.planning.plan_model import (
     LogFileSummary,
     PlanSettings,
@@ -36,7 +37,6 @@ from residency.planning.plan_model import (
 )
 from residency.planning.run import plan_from_log
 from residency.query_log import LogEntry, LogRead, lines_from_end
-from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.canary import read_canary
 from residency.serve.reload import PlanReloader
 from residency.serve.settings import ServeSettings
@@ -267,7 +267,7 @@ class Replanner:
 
     async def step(self) -> str:
         """One re-plan: 'swap', 'keep', 'refused', 'failed' or 'waiting' (too few questions)."""
-        state = self._reloader.router.state
+        state = self._reloader.current.state
         try:
             window = await anyio.to_thread.run_sync(
                 read_window,

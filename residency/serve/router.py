@@ -16,6 +16,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -26,18 +27,19 @@ from starlette.responses import Response, StreamingResponse
 
 from residency.context.prompt import assemble_messages
 from residency.errors import BackendError
+from residency.keep.keeper import ResidencyKeeper
 from residency.serve import drain as shutdown
 from residency.serve.errors import error_response, unavailable
 from residency.serve.exchange import Endpoint, Exchange
+from residency.serve.exchange_record import log_record
 from residency.serve.forensics import Forensics
 from residency.serve.guard import ClientGoneError, Slots, read_body, wait_disconnect
-from residency.serve.keepwarm import KeepWarm
-from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog, source_of
+from residency.serve.record import Outcome, RouterQueryLog, source_of
 from residency.serve.settings import ServeSettings
-from residency.serve.state import ServingState
+from residency.serve.state import Current, ServingState
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import NoUpstreamError, Upstream, UpstreamPool
-from residency.serve.validation import RequestError, parse_request
+from residency.serve.validation import ClientRequest, RequestError, parse_request
 from residency.vllm_client import (
     AnswerTimeoutError,
     RefusedError,
@@ -57,51 +59,53 @@ log = logging.getLogger("residency.serve")
 INLINE_BODY_BYTES = 256 * 1024
 
 
-class Router:
-    """Owns the serving state (swapped whole on reload), pool, HTTP client, metrics, query log."""
+@dataclass(frozen=True, slots=True)
+class RouterParts:
+    """What a router serves with, each built on its own (serve/service.py builds them)."""
 
-    def __init__(
-        self,
-        settings: ServeSettings,
-        state: ServingState,
-        pool: UpstreamPool,
-        http: Session,
-        metrics: RouterMetrics,
-        slots: Slots,
-    ) -> None:
+    current: Current  # the serving state, swapped whole on reload
+    pool: UpstreamPool
+    http: Session
+    metrics: RouterMetrics
+    slots: Slots
+    keeper: ResidencyKeeper
+    forensics: Forensics
+    drain: shutdown.Drain
+    log: RouterQueryLog | None
+
+
+class Router:
+    """Serves each request with the parts it is given: the current plan's context builder, the
+    upstream pool, the residency keeper, the forensics, the metrics and the query log."""
+
+    def __init__(self, settings: ServeSettings, parts: RouterParts) -> None:
         self.settings = settings
-        self.state = state
-        self.pool = pool
-        self.http = http
-        self.metrics = metrics
-        self.slots = slots
-        self.log = RouterQueryLog(settings.log, metrics) if settings.log else None
+        self.current = parts.current
+        self.pool = parts.pool
+        self.http = parts.http
+        self.metrics = parts.metrics
+        self.slots = parts.slots
+        self.keeper = parts.keeper
+        self.forensics = parts.forensics
+        self.drain = parts.drain
+        self.log = parts.log
         self._limiter = anyio.CapacityLimiter(2)
-        self.keep_warm = KeepWarm(metrics, lambda: self.state.keep_warm)
-        self.drain = shutdown.Drain(settings.shutdown_timeout_s)  # the app's, set at start
-        self.forensics = Forensics(metrics.agent)
+
+    @property
+    def state(self) -> ServingState:
+        """The serving state now (a request keeps the one it started with)."""
+        return self.current.state
 
     async def handle(self, request: Request, endpoint: Endpoint) -> Response:
         """Serve one chat or completions request."""
         arrived = time.perf_counter()
         ts = dt.datetime.now(dt.UTC)
         builder = self.state.builder  # this request's plan to the end, whatever reloads meanwhile
-        limits = self.settings.limits
-        try:
-            with self.metrics.bodies_receiving.track_inprogress():
-                raw = await read_body(request, limits)
-            allow, max_n = self.settings.allow_prompt_readback, limits.max_n
-            if len(raw) > INLINE_BODY_BYTES:  # parsing megabytes must not stall other requests
-                req = await anyio.to_thread.run_sync(parse_request, raw, endpoint, allow, max_n)
-            else:
-                req = parse_request(raw, endpoint, allow, max_n)
-            # Only now, with the whole body in: a half-sent body holds no slot.
-            self.slots.take(request.scope, req.fan_out)
-        except RequestError as exc:
-            return exc.response()
-        except ClientGoneError:  # nothing to answer, nothing to log: no question arrived
-            return Response(status_code=499)
-        question = req.question[: limits.max_question_chars]
+        admitted = await self._admit(request, endpoint)
+        if isinstance(admitted, Response):
+            return admitted
+        req, large = admitted
+        question = req.question[: self.settings.limits.max_question_chars]
         retrieval = builder.recall(question)  # asked before: a lookup, no thread, no search
         try:  # off the event loop: a long question must not stall health checks and streams
             if retrieval is None:
@@ -110,10 +114,8 @@ class Router:
                 )
         except BackendError as exc:  # Qdrant down: the client may retry, nothing internal shown
             log.error("retrieval backend: %s", exc)
-            return error_response(
-                503, "retrieval is unavailable; retry shortly", "service_unavailable",
-                "retrieval_unavailable",
-            )  # fmt: skip
+            message = "retrieval is unavailable; retry shortly"
+            return error_response(503, message, "service_unavailable", "retrieval_unavailable")
         self.metrics.retrieval.observe(retrieval.retrieval_s)
         ctx = await builder.finish(retrieval, self.http)
         if ctx.prune is not None:
@@ -123,22 +125,55 @@ class Router:
         ex = Exchange(endpoint, ctx, started=arrived, ts=ts, source=source_of(request.scope))
         prefix_text = builder.prefix_text(retrieval.prefix_id)
         assembled = assemble_messages(req.messages, prefix_text, ctx.block)
-        body = req.body
-        large = len(raw) > INLINE_BODY_BYTES
-        stream, client_usage = req.stream, req.client_usage
-        if stream:
-            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        if req.stream:
+            options = req.body.get("stream_options") or {}
+            req.body["stream_options"] = {**options, "include_usage": True}
+        return await self._forward(request, ex, req, assembled, large)
+
+    async def _admit(
+        self, request: Request, endpoint: Endpoint
+    ) -> tuple[ClientRequest, bool] | Response:
+        """Read and validate the body, then take a slot: the request and whether its body is
+        large (parsed and re-encoded off the event loop), or the answer that refuses it."""
+        limits = self.settings.limits
+        try:
+            with self.metrics.bodies_receiving.track_inprogress():
+                raw = await read_body(request, limits)
+            allow, max_n = self.settings.allow_prompt_readback, limits.max_n
+            large = len(raw) > INLINE_BODY_BYTES
+            if large:  # parsing megabytes must not stall other requests
+                req = await anyio.to_thread.run_sync(parse_request, raw, endpoint, allow, max_n)
+            else:
+                req = parse_request(raw, endpoint, allow, max_n)
+            # Only now, with the whole body in: a half-sent body holds no slot.
+            self.slots.take(request.scope, req.fan_out)
+        except RequestError as exc:
+            return exc.response()
+        except ClientGoneError:  # nothing to answer, nothing to log: no question arrived
+            return Response(status_code=499)
+        return req, large
+
+    async def _forward(
+        self,
+        request: Request,
+        ex: Exchange,
+        req: ClientRequest,
+        assembled: list[Any],
+        large: bool,
+    ) -> Response:
+        """Send to the least busy upstream, the next one while none is reached."""
         tried: list[Upstream] = []
+        prefix_id = ex.ctx.retrieval.prefix_id
         while True:
             try:
                 up = self.pool.pick(exclude=tried)
             except NoUpstreamError:
                 return self._finish_error(ex, unavailable(len(self.pool.upstreams)))
             try:
-                await self.keep_warm.ready(up, retrieval.prefix_id)  # a re-warm under way
-                payload = await self._payload(up, endpoint, body, assembled, large)
-                if stream:
-                    return await self._stream(request, ex, up, payload, client_usage)
+                await self.keeper.ready(up, prefix_id)  # a re-warm under way
+                payload = await self._payload(up, ex.endpoint, req.body, assembled, large)
+                if req.stream:
+                    return await self._stream(request, ex, up, payload, req.client_usage)
                 return await self._unary(request, ex, up, payload)
             except UnreachedError:  # nothing reached vLLM: try the next upstream
                 self.pool.mark_down(up)
@@ -328,7 +363,7 @@ class Router:
         if usage.prompt_tokens is not None:
             self.metrics.record_usage(route, usage.prompt_tokens, usage.cached_tokens, r.prefix_id)
             if ex.upstream is not None:
-                self.keep_warm.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
+                self.keeper.observe(ex.upstream, ex.ctx.retrieval.prefix_id, usage)
             if ex.admission is not None:
                 self.forensics.answered(ex.admission, usage, self.state.keep_warm.expected)
         if ex.ttft_s is not None and ex.outcome == "ok":
@@ -337,33 +372,7 @@ class Router:
             self.metrics.forward.observe(ex.forward_s)
         if self.log is None:
             return
-        prune = ex.ctx.prune
-        record = RouterLogRecord(
-            query=r.question,
-            ts=ex.ts,
-            endpoint=ex.endpoint,
-            route=route,
-            prefix=ex.ctx.retrieval.prefix_id,
-            retrieved=ex.ctx.section_ids,
-            chunks=ex.ctx.kept_chunk_ids,
-            top_chunk=r.top_chunk_id,
-            period=ex.ctx.block.period_line,
-            pruned=len(r.chunk_ids) - len(ex.ctx.kept_chunk_ids) if prune is not None else None,
-            pruner_valid=prune.valid if prune is not None else None,
-            upstream=ex.upstream.label if ex.upstream is not None else None,
-            outcome=ex.outcome,
-            source=ex.source,
-            status_code=ex.status_code,
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cached_tokens,
-            completion_tokens=usage.completion_tokens,
-            retrieval_ms=r.retrieval_s * 1000,
-            prune_ms=prune.elapsed_s * 1000 if prune is not None else None,
-            forward_ms=ex.forward_s * 1000 if ex.forward_s is not None else None,
-            ttft_ms=ex.ttft_s * 1000 if ex.ttft_s is not None else None,
-            total_ms=(time.perf_counter() - ex.started) * 1000,
-        )
-        self.log.append(record)
+        self.log.append(log_record(ex, usage))
 
     def reopen_log(self, trigger: str) -> None:
         """Reopen the query log at --log (logrotate's postrotate signal)."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import get_args
 
 from residency.context.routing import Route
-from residency.serve.agent_metrics import RECALL_KS
+from residency.keep.agent_metrics import RECALL_KS
 from residency.serve.record import Outcome
 from residency.serve.telemetry import RouterMetrics
 from residency.vllm_client.endpoints import Generation

@@ -10,8 +10,8 @@ from pathlib import Path
 from residency.context.builder import ContextBuilder
 from residency.errors import ConfigError
 from residency.index import Index, open_index
+from residency.keep.token_count import KeepWarmPolicy, policy_of
 from residency.planning.plan_model import ResidencyPlan, parse_plan, plan_index_dir
-from residency.serve.keepwarm import KeepWarmPolicy, policy_of
 from residency.serve.settings import ServeSettings
 
 
@@ -27,6 +27,16 @@ class ServingState:
     def short_sha(self) -> str:
         """The first 12 hex digits, for log lines."""
         return self.plan_sha256[:12]
+
+
+class Current:
+    """The serving state now: replaced whole on reload (reload.py), read by every part that
+    serves it (the router, the keeper, the canary)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: ServingState) -> None:
+        self.state = state
 
 
 def read_plan_bytes(path: Path) -> bytes:

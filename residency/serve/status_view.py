@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from residency.serve.block_index import BlockIndex
+from residency.keep.block_index import BlockIndex
 from residency.serve.forensics import RECENT_REQUESTS, Forensics
 from residency.serve.upstreams import Upstream
 from residency.status.model import (

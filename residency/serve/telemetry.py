@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from residency.serve.agent_metrics import AgentMetrics
+from residency.keep.agent_metrics import AgentMetrics
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _RETRIEVAL_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -19,6 +19,20 @@ class RouterMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._declare_requests(r)
+        self._declare_upstreams(r)
+        self._declare_service(r)
+        self.agent = AgentMetrics(r)
+        for result in ("ok", "refused"):  # both series from the start, at 0
+            self.plan_reloads.labels(result)
+        for reason in ("SIGHUP", "SIGUSR1", "replaced", "vanished"):
+            self.query_log_reopens.labels(reason)
+        self._plan_sha256: str | None = None
+        self._prompt_total = 0
+        self._cached_total = 0
+
+    def _declare_requests(self, r: CollectorRegistry) -> None:
+        """Requests, their latencies and the keep-warm counts."""
         self.requests = Counter(
             "residency_router_requests",
             "Requests by endpoint, route and outcome.",
@@ -74,6 +88,9 @@ class RouterMetrics:
             "Pruner answers that were invalid or failed (everything kept).",
             registry=r,
         )
+
+    def _declare_upstreams(self, r: CollectorRegistry) -> None:
+        """Prefix-cache hits and the upstreams' health."""
         self.prompt_tokens = Counter(
             "residency_router_prompt_tokens",
             "Prompt tokens reported by upstream usage.",
@@ -103,6 +120,9 @@ class RouterMetrics:
             ("upstream",),
             registry=r,
         )
+
+    def _declare_service(self, r: CollectorRegistry) -> None:
+        """Plan reloads, the query log, bodies and slots."""
         self.plan_reloads = Counter(
             "residency_router_plan_reloads",
             "plan.json reloads (SIGHUP or --watch-plan): ok (swapped) or refused (old plan kept).",
@@ -139,14 +159,6 @@ class RouterMetrics:
             "for n (or best_of) completions.",
             registry=r,
         )
-        self.agent = AgentMetrics(r)
-        for result in ("ok", "refused"):  # both series from the start, at 0
-            self.plan_reloads.labels(result)
-        for reason in ("SIGHUP", "SIGUSR1", "replaced", "vanished"):
-            self.query_log_reopens.labels(reason)
-        self._plan_sha256: str | None = None
-        self._prompt_total = 0
-        self._cached_total = 0
 
     def record_usage(
         self, route: str, prompt_tokens: int, cached_tokens: int | None, prefix: str | None = None

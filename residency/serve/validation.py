@@ -39,22 +39,19 @@ READBACK_PARAMS = frozenset(
 # add_generation_prompt, continue_final_message, add_special_tokens, truncate_prompt_tokens,
 # cache_salt, documents, mm_processor_kwargs), what runs server-side code or transfers state
 # (logits_processors, vllm_xargs, kv_transfer_params) and the read-back parameters above.
-SAMPLING_PARAMS = frozenset(
-    {
-        # OpenAI
-        "frequency_penalty", "presence_penalty", "logit_bias", "logprobs", "top_logprobs",
-        "max_tokens", "max_completion_tokens", "n", "best_of", "seed", "stop", "temperature",
-        "top_p", "response_format", "tools", "tool_choice", "parallel_tool_calls", "user",
-        "reasoning_effort",
-        # vLLM sampling and structured output
-        "top_k", "min_p", "repetition_penalty", "length_penalty", "stop_token_ids",
-        "include_stop_str_in_output", "ignore_eos", "min_tokens", "skip_special_tokens",
-        "spaces_between_special_tokens", "bad_words", "allowed_token_ids", "use_beam_search",
-        "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
-        "guided_decoding_backend", "guided_whitespace_pattern", "priority", "request_id",
-        "chat_template_kwargs",
-    }
-)  # fmt: skip
+OPENAI_PARAMS = """
+    frequency_penalty presence_penalty logit_bias logprobs top_logprobs max_tokens
+    max_completion_tokens n best_of seed stop temperature top_p response_format tools
+    tool_choice parallel_tool_calls user reasoning_effort
+"""
+VLLM_PARAMS = """
+    top_k min_p repetition_penalty length_penalty stop_token_ids include_stop_str_in_output
+    ignore_eos min_tokens skip_special_tokens spaces_between_special_tokens bad_words
+    allowed_token_ids use_beam_search structured_outputs guided_json guided_regex guided_choice
+    guided_grammar guided_decoding_backend guided_whitespace_pattern priority request_id
+    chat_template_kwargs
+"""  # vLLM's sampling and structured output
+SAMPLING_PARAMS = frozenset(OPENAI_PARAMS.split() + VLLM_PARAMS.split())
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
 

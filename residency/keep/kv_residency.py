@@ -8,7 +8,7 @@ through the upstream's `/tokenize` (the token ids warm sends) and matches it aga
 blocks. A prefix whose blocks were cached before the router listened is learned with one probe
 carrying `vllm_xargs: {"kv_cache_report_mode": "full"}`, which makes vLLM publish the blocks a
 request found cached (vllm/v1/core/kv_cache_manager.py). Elsewhere keep-warm's token count
-stays in charge (residency/serve/keepwarm.py), and the log says which mode each upstream runs.
+stays in charge (residency/keep/token_count.py), and the log says which mode each upstream runs.
 
 Every batch that removes a resident block of a prefix (`BlockStored` then `BlockRemoved` in one
 batch included: a re-warm's own blocks evicted again) schedules a re-warm unless one is waiting or
@@ -33,18 +33,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from residency.errors import ResidencyError
+from residency.keep.agent_metrics import AgentMetrics
+from residency.keep.block_index import BlockIndex, Chain
+from residency.keep.kv_tracking import Pending, Tracked
+from residency.keep.rewarm_prompts import prefix_prompts, rewarm_body
+from residency.keep.upstream import KeepSettings, KeptUpstream, ResidencyObserver
 from residency.planning.plan_model import ResidencyPlan
-from residency.serve.agent_metrics import AgentMetrics
-from residency.serve.block_index import BlockIndex, Chain
-from residency.serve.kv_tracking import Pending, Tracked
-from residency.serve.rewarm_prompts import prefix_prompts, rewarm_body
-from residency.serve.settings import ServeSettings
-from residency.serve.upstreams import Upstream
 from residency.vllm_client import TransportError
 from residency.vllm_client.kv_events import (
     EventBatch,
@@ -53,9 +52,6 @@ from residency.vllm_client.kv_events import (
     sources_from,
     stop_task,
 )
-
-if TYPE_CHECKING:
-    from residency.serve.forensics import ResidencyObserver
 
 log = logging.getLogger("residency.serve")
 
@@ -74,7 +70,7 @@ class EngineResidency:
     """KV-event residency for every upstream that publishes events, and its re-warms."""
 
     def __init__(
-        self, settings: ServeSettings, metrics: AgentMetrics, plan: Callable[[], ResidencyPlan]
+        self, settings: KeepSettings, metrics: AgentMetrics, plan: Callable[[], ResidencyPlan]
     ) -> None:
         self._settings = settings
         self._metrics = metrics
@@ -87,27 +83,27 @@ class EngineResidency:
         self._tasks: set[asyncio.Task[None]] = set()
         self.observer: ResidencyObserver | None = None  # eviction forensics (serve/forensics.py)
 
-    def active(self, up: Upstream) -> bool:
+    def active(self, up: KeptUpstream) -> bool:
         """Residency on `up` comes from its events (its chains are being tracked)."""
         t = self._tracked.get(up.position)
         return t is not None and t.plan_key is not None
 
-    def index(self, up: Upstream) -> BlockIndex | None:
+    def index(self, up: KeptUpstream) -> BlockIndex | None:
         """`up`'s block index, when it is in events mode."""
         t = self._tracked.get(up.position)
         return t.index if t is not None else None
 
-    def rewarming(self, up: Upstream, prefix_id: str) -> bool:
+    def rewarming(self, up: KeptUpstream, prefix_id: str) -> bool:
         """A re-warm of `prefix_id` on `up` is waiting or under way."""
         return (up.position, prefix_id) in self._pending
 
-    async def attach(self, up: Upstream) -> None:
+    async def attach(self, up: KeptUpstream) -> None:
         """Subscribe to `up`'s events when it publishes any (called as it joins, before the
         warm, so the warm's stores are seen); otherwise say that keep-warm counts tokens."""
         old = self._tracked.pop(up.position, None)
         if old is not None:
             await stop_task(old.task)
-        if self._settings.agent.kv_events == "off":
+        if self._settings.kv_events == "off":
             self._metrics.kv_events.labels(up.label).set(0)
             return
         source = first_source(sources_from(await up.client.kv_event_sources(), up.url))
@@ -115,8 +111,9 @@ class EngineResidency:
             self._metrics.kv_events.labels(up.label).set(0)
             log.info(
                 "upstream %s: no KV events (its /kv_event_sources lists no ZMQ publisher); "
-                "keep-warm counts tokens", up.label,
-            )  # fmt: skip
+                "keep-warm counts tokens",
+                up.label,
+            )
             return
         t = Tracked(up, source)
         bad = self._metrics.kv_event_errors
@@ -125,17 +122,19 @@ class EngineResidency:
             lambda batch: self._on_batch(t, batch),
             lambda: self._on_reset(t),
             on_bad=lambda kind: bad.labels(up.label, kind).inc(),
-            max_bytes=self._settings.agent.kv_event_max_bytes,
+            max_bytes=self._settings.kv_event_max_bytes,
         )
         t.task = asyncio.get_running_loop().create_task(subscriber.run())
         t.task.add_done_callback(lambda task: self._ended(t, task))
         self._tracked[up.position] = t
         log.info(
             "upstream %s: residency from vLLM's KV events (%s, replay %s)",
-            up.label, source.endpoint, source.replay_endpoint or "none",
-        )  # fmt: skip
+            up.label,
+            source.endpoint,
+            source.replay_endpoint or "none",
+        )
 
-    async def refresh(self, up: Upstream) -> None:
+    async def refresh(self, up: KeptUpstream) -> None:
         """Track the current plan's prefixes on `up` (after it was warmed with them): their
         shared prompts from its /tokenize, then a learning probe for each not yet seen whole."""
         t = self._tracked.get(up.position)
@@ -144,10 +143,14 @@ class EngineResidency:
         plan = self._plan()
         key = tuple(p.sha256 for p in plan.all_prefixes())
         try:
-            prompts = await anyio.to_thread.run_sync(prefix_prompts, plan, up, self._settings)
+            api_key = self._settings.upstream_api_key
+            prompts = await anyio.to_thread.run_sync(prefix_prompts, plan, up, api_key)
         except (ResidencyError, TransportError) as exc:
-            log.warning("upstream %s: prefix prompts unreadable (%s); keep-warm counts tokens",
-                        up.label, exc)  # fmt: skip
+            log.warning(
+                "upstream %s: prefix prompts unreadable (%s); keep-warm counts tokens",
+                up.label,
+                exc,
+            )
             t.plan_key = None
             self._metrics.kv_events.labels(up.label).set(0)
             return
@@ -161,17 +164,17 @@ class EngineResidency:
                 self._schedule(t, prefix_id, "learn", at_once=True)
         self._publish(t)
 
-    def refresh_soon(self, up: Upstream) -> None:
+    def refresh_soon(self, up: KeptUpstream) -> None:
         """`refresh` as a task (from synchronous callers)."""
         if up.position in self._tracked:
             self._spawn(self.refresh(up))
 
-    async def ready(self, up: Upstream, prefix_id: str) -> None:
+    async def ready(self, up: KeptUpstream, prefix_id: str) -> None:
         """Before a request goes to `up` with `prefix_id`: a re-warm of that prefix waiting
         there goes as soon as --rewarm-interval allows, and the request waits for it (it would
         prefill the prefix itself), at most --rewarm-wait seconds: then it goes and prefills
         what is missing."""
-        bound = min(self._settings.request_timeout_s, self._settings.agent.rewarm_wait_s)
+        bound = min(self._settings.request_timeout_s, self._settings.rewarm_wait_s)
         deadline = time.monotonic() + bound
         while (pending := self._pending.get((up.position, prefix_id))) is not None:
             pending.go.set()  # a follow-up re-warm (evicted again meanwhile) is waited for too
@@ -213,9 +216,12 @@ class EngineResidency:
                 self.observer.evicted(t.up, prefix_id, resident, total, batch.ts)
             log.info(
                 "upstream %s: prefix %s lost blocks (%d of %s resident, KV events); re-warm "
-                "scheduled", t.up.label, prefix_id, t.index.resident_blocks(prefix_id),
+                "scheduled",
+                t.up.label,
+                prefix_id,
+                t.index.resident_blocks(prefix_id),
                 t.index.total_blocks(prefix_id),
-            )  # fmt: skip
+            )
             self._schedule(t, prefix_id, reason)
         if change.cleared:
             for prefix_id in t.index.prefix_ids:
@@ -226,8 +232,12 @@ class EngineResidency:
         """A subscriber that failed: back to keep-warm's count on that upstream, said once."""
         if task.cancelled() or task.exception() is None:
             return
-        log.error("upstream %s: KV events from %s stopped (%s); keep-warm counts tokens",
-                  t.up.label, t.source.endpoint, task.exception())  # fmt: skip
+        log.error(
+            "upstream %s: KV events from %s stopped (%s); keep-warm counts tokens",
+            t.up.label,
+            t.source.endpoint,
+            task.exception(),
+        )
         if self._tracked.get(t.up.position) is t:
             del self._tracked[t.up.position]
         self._metrics.kv_events.labels(t.up.label).set(0)
@@ -277,22 +287,7 @@ class EngineResidency:
         refreshed: list[str] = []
         result = "failed"
         try:
-            # Every reason waits for --rewarm-interval since the prefix's last re-warm: a
-            # flood of restarts or clears must not chain re-warms. `go` (a learning probe, a
-            # request waiting for the prefix) skips only the quiet and in-flight waits.
-            earliest = self._last_sent.get(key, -1e9) + self._settings.agent.rewarm_interval_s
-            give_up_waiting = time.monotonic() + REWARM_MAX_DEFER_S
-            while True:
-                now = time.monotonic()
-                if now < earliest:
-                    await asyncio.sleep(min(earliest - now, POLL_S))
-                    continue
-                quiet = now - self._last_hit.get(t.up.position, -1e9) >= QUIET_S
-                idle = t.up.outstanding == 0 or now >= give_up_waiting
-                if pending.go.is_set() or (quiet and idle):
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(pending.go.wait(), POLL_S)
+            await self._wait_turn(t, key, pending)
             if pending.carried:  # another prefix's re-warm took this one along; it finishes it
                 return
             if not t.up.usable or t.up.model is None:
@@ -325,8 +320,8 @@ class EngineResidency:
             self._metrics.keep_warm_requests.labels(t.up.label, "rewarm").inc()
             result = "ok" if answer.status_code == 200 else "failed"
             if answer.status_code != 200:
-                log.info("upstream %s: re-warm of %s answered %d", t.up.label,
-                         ", ".join(pid for pid, _ in carried), answer.status_code)  # fmt: skip
+                names, status = ", ".join(pid for pid, _ in carried), answer.status_code
+                log.info("upstream %s: re-warm of %s answered %d", t.up.label, names, status)
             else:
                 self._metrics.keep_warm_prefill_tokens.labels(t.up.label, "rewarm").inc(prefill)
         except (TransportError, ResidencyError) as exc:
@@ -338,10 +333,28 @@ class EngineResidency:
                 for other in refreshed:
                     self._metrics.rewarms.labels(t.up.label, other, "refresh", result).inc()
 
+    async def _wait_turn(self, t: Tracked, key: tuple[int, str], pending: Pending) -> None:
+        """Every reason waits for --rewarm-interval since the prefix's last re-warm: a flood
+        of restarts or clears must not chain re-warms. `go` (a learning probe, a request
+        waiting for the prefix) skips only the quiet and in-flight waits."""
+        earliest = self._last_sent.get(key, -1e9) + self._settings.rewarm_interval_s
+        give_up_waiting = time.monotonic() + REWARM_MAX_DEFER_S
+        while True:
+            now = time.monotonic()
+            if now < earliest:
+                await asyncio.sleep(min(earliest - now, POLL_S))
+                continue
+            quiet = now - self._last_hit.get(t.up.position, -1e9) >= QUIET_S
+            idle = t.up.outstanding == 0 or now >= give_up_waiting
+            if pending.go.is_set() or (quiet and idle):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pending.go.wait(), POLL_S)
+
     def _claim(self, t: Tracked, prefix_id: str) -> list[tuple[str, Pending]]:
         """The other re-warms waiting on `t`'s upstream, not yet sent: carried along now."""
         taken = []
-        now, interval = time.monotonic(), self._settings.agent.rewarm_interval_s
+        now, interval = time.monotonic(), self._settings.rewarm_interval_s
         for (position, other), p in self._pending.items():
             if position != t.up.position or other == prefix_id or p.sent:
                 continue

@@ -1,13 +1,13 @@
 """What the KV-event residency keeps per upstream (its subscription, block index and re-warm
-prompts) and per pending re-warm (serve/kv_residency.py drives both)."""
+prompts) and per pending re-warm (keep/kv_residency.py drives both)."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
 
-from residency.serve.block_index import BlockIndex
-from residency.serve.upstreams import Upstream
+from residency.keep.block_index import BlockIndex
+from residency.keep.upstream import KeptUpstream
 from residency.vllm_client.kv_events import EventSource
 
 REWARMS_IN_FLIGHT = 4  # per upstream: a burst (a cleared cache) goes out a few at a time
@@ -29,7 +29,7 @@ class Pending:
 class Tracked:
     """One upstream in events mode."""
 
-    up: Upstream
+    up: KeptUpstream
     source: EventSource
     index: BlockIndex = field(default_factory=BlockIndex)
     task: asyncio.Task[None] | None = None

@@ -19,6 +19,16 @@ class AgentMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
+        self._declare_residency(r)
+        self._declare_hits(r)
+        self._declare_replan(r)
+        self._declare_canary(r)
+        self._set_mtime: float | None = None
+        self.canary_age.set_function(self._age)
+        self._tokens: dict[tuple[str, str], list[int]] = {}
+
+    def _declare_residency(self, r: CollectorRegistry) -> None:
+        """Prefix residency from KV events, re-warms and keep-warm requests."""
         self.kv_events = Gauge(
             "residency_router_kv_events_mode",
             "1 when residency comes from the upstream's KV events, 0 when keep-warm counts "
@@ -71,6 +81,10 @@ class AgentMetrics:
             ("upstream", "prefix"),
             registry=r,
         )
+        self._declare_rewarms(r)
+
+    def _declare_rewarms(self, r: CollectorRegistry) -> None:
+        """Re-warms and the keep-warm requests of both sources."""
         self.rewarms = Counter(
             "residency_router_prefix_rewarms",
             "Re-warms sent from KV events: reason evicted, cleared, restart or learn (the "
@@ -93,6 +107,9 @@ class AgentMetrics:
             ("upstream", "mode"),
             registry=r,
         )
+
+    def _declare_hits(self, r: CollectorRegistry) -> None:
+        """Prefix-cache hits per prefix and route."""
         self.prefix_prompt_tokens = Counter(
             "residency_router_prefix_prompt_tokens",
             "Prompt tokens of the requests that went out with the prefix.",
@@ -117,6 +134,9 @@ class AgentMetrics:
             ("route",),
             registry=r,
         )
+
+    def _declare_replan(self, r: CollectorRegistry) -> None:
+        """Re-planning."""
         self.replans = Counter(
             "residency_router_replans",
             "Re-plans from the query log: swapped, kept (gain within --replan-margin), "
@@ -136,6 +156,9 @@ class AgentMetrics:
             "Questions in the last re-plan window.",
             registry=r,
         )
+
+    def _declare_canary(self, r: CollectorRegistry) -> None:
+        """The recall canary."""
         self.recall = Gauge(
             "residency_recall_at_k",
             "Canary recall@k of the live retriever over the labelled set.",
@@ -173,9 +196,6 @@ class AgentMetrics:
             ("trigger",),
             registry=r,
         )
-        self._set_mtime: float | None = None
-        self.canary_age.set_function(self._age)
-        self._tokens: dict[tuple[str, str], list[int]] = {}
 
     def set_canary_file_time(self, mtime: float) -> None:
         """The labelled set's modification time (its age is read at scrape time)."""
@@ -189,8 +209,8 @@ class AgentMetrics:
         self.prefix_prompt_tokens.labels(prefix).inc(prompt)
         if cached is not None:
             self.prefix_cached_tokens.labels(prefix).inc(cached)
-        for kind, name, ratio in (("p", prefix, self.prefix_hit_ratio),
-                                  ("r", route, self.route_hit_ratio)):  # fmt: skip
+        ratios = (("p", prefix, self.prefix_hit_ratio), ("r", route, self.route_hit_ratio))
+        for kind, name, ratio in ratios:
             sums = self._tokens.setdefault((kind, name), [0, 0])
             sums[0] += prompt
             sums[1] += cached or 0

@@ -1,4 +1,5 @@
-"""Keep every resident prefix cached between the questions routed to it.
+"""Residency from the token count: keep every resident prefix cached between the questions
+routed to it on an upstream that publishes no KV events (keeper.py picks the source).
 
 vLLM keeps a finished request's full blocks cached in an LRU free queue: `BlockPool.free_blocks`
 appends hashed blocks to the tail and `get_new_blocks` evicts what it pops from the head
@@ -26,7 +27,8 @@ with keep-warm on or off.
 
 All of this is the fallback. An upstream that publishes KV events reports what it stores and
 evicts, whoever sent the request: there the router knows each prefix's resident blocks and
-re-warms one when vLLM evicts it (residency/serve/kv_residency.py), and sends no touches.
+re-warms one when vLLM evicts it (residency/keep/kv_residency.py), and sends no touches
+(`observe(..., touch=False)`).
 """
 
 from __future__ import annotations
@@ -39,10 +41,8 @@ from dataclasses import dataclass
 import orjson
 
 from residency.errors import ResidencyError
+from residency.keep.upstream import KeepMetrics, KeptUpstream
 from residency.planning.plan_model import ResidencyPlan
-from residency.serve.kv_residency import EngineResidency
-from residency.serve.telemetry import RouterMetrics
-from residency.serve.upstreams import Upstream
 from residency.vllm_client import TransportError, Usage
 from residency.vllm_client.wire import answer_usage
 
@@ -90,11 +90,11 @@ def new_tokens(usage: Usage, assumed_cached: int = 0) -> int:
     return max(prompt - cached, 0) + (usage.completion_tokens or 0)
 
 
-class KeepWarm:
+class TokenCount:
     """Counts each prefix's age per upstream, touches the ones about to be evicted and counts
     the requests that found theirs evicted."""
 
-    def __init__(self, metrics: RouterMetrics, current: Callable[[], KeepWarmPolicy]) -> None:
+    def __init__(self, metrics: KeepMetrics, current: Callable[[], KeepWarmPolicy]) -> None:
         self._metrics = metrics
         self._current = current  # the policy of the plan being served (reloads swap it)
         self._age: dict[tuple[int, str], int] = {}  # (upstream, prefix hash) -> new tokens
@@ -102,28 +102,23 @@ class KeepWarm:
         self._slots: dict[int, asyncio.Semaphore] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._policy: KeepWarmPolicy | None = None
-        self.engine: EngineResidency | None = None  # KV-event residency, where published
 
-    def warmed(self, up: Upstream) -> None:
+    def warmed(self, up: KeptUpstream) -> None:
         """`up` was just warmed (it joined or came back, or a new plan was swapped in): every
-        prefix is young on it, and KV-event residency tracks the plan's prefixes anew."""
+        prefix is young on it."""
         self._age = {k: v for k, v in self._age.items() if k[0] != up.position}
-        if self.engine is not None:
-            self.engine.refresh_soon(up)
 
-    async def ready(self, up: Upstream, prefix_id: str) -> None:
-        """Before a request goes to `up`: wait for a re-warm of its prefix under way there."""
-        if self.engine is not None:
-            await self.engine.ready(up, prefix_id)
-
-    def age(self, up: Upstream, prefix_id: str) -> int | None:
+    def age(self, up: KeptUpstream, prefix_id: str) -> int | None:
         """New tokens `up` allocated since the current plan's `prefix_id` was last used."""
         key = self._current().hashes.get(prefix_id)
         return None if key is None else self._age.get((up.position, key), 0)
 
-    def observe(self, up: Upstream, prefix_id: str | None, usage: Usage) -> None:
+    def observe(
+        self, up: KeptUpstream, prefix_id: str | None, usage: Usage, touch: bool = True
+    ) -> None:
         """Account a finished client request on `up` that went out with `prefix_id`; touch
-        the prefixes it made due."""
+        the prefixes it made due (unless `touch` is False: the engine's own events say when a
+        prefix needs warming there)."""
         if usage.prompt_tokens is None:
             return
         policy = self._current()
@@ -135,10 +130,8 @@ class KeepWarm:
         if cached is not None and expected is not None and cached < expected:
             self._metrics.prefix_evictions.labels(prefix_id).inc()
         self._account(up, policy, prefix_id, usage)
-        if policy.threshold_tokens is None or up.model is None or not up.usable:
+        if policy.threshold_tokens is None or up.model is None or not up.usable or not touch:
             return
-        if self.engine is not None and self.engine.active(up):
-            return  # the engine's own events say when a prefix needs warming
         for due, key in policy.hashes.items():
             k = (up.position, key)
             if self._age[k] >= policy.threshold_tokens and k not in self._in_flight:
@@ -148,7 +141,7 @@ class KeepWarm:
                 task.add_done_callback(self._tasks.discard)
 
     def _account(
-        self, up: Upstream, policy: KeepWarmPolicy, prefix_id: str | None, usage: Usage
+        self, up: KeptUpstream, policy: KeepWarmPolicy, prefix_id: str | None, usage: Usage
     ) -> None:
         """Every prefix ages by the request's new tokens; the one it used is young again."""
         fresh = new_tokens(usage, policy.expected.get(prefix_id or "", 0))
@@ -157,7 +150,9 @@ class KeepWarm:
         if prefix_id is not None and prefix_id in policy.hashes:
             self._age[(up.position, policy.hashes[prefix_id])] = 0
 
-    async def _touch(self, up: Upstream, prefix_id: str, key: str, policy: KeepWarmPolicy) -> None:
+    async def _touch(
+        self, up: KeptUpstream, prefix_id: str, key: str, policy: KeepWarmPolicy
+    ) -> None:
         slots = self._slots.setdefault(up.position, asyncio.Semaphore(TOUCHES_IN_FLIGHT))
         result = "failed"
         try:
@@ -165,10 +160,8 @@ class KeepWarm:
                 answer = await up.client.generate("chat", touch_payload(up, policy, prefix_id))
             self._metrics.agent.keep_warm_requests.labels(up.label, "touch").inc()
             if answer.status_code != 200:
-                log.info(
-                    "upstream %s: keep-warm touch of %s answered %d",
-                    up.label, prefix_id, answer.status_code,
-                )  # fmt: skip
+                said = f"answered {answer.status_code}"
+                log.info("upstream %s: keep-warm touch of %s %s", up.label, prefix_id, said)
             else:
                 usage = Usage.of(answer_usage(answer.content))
                 prefilled = max((usage.prompt_tokens or 0) - (usage.cached_tokens or 0), 0)
@@ -193,15 +186,13 @@ class KeepWarm:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def stop(self) -> None:
-        """Cancel the touches and re-warms in flight (at shutdown)."""
-        if self.engine is not None:
-            await self.engine.stop()
+        """Cancel the touches in flight (at shutdown)."""
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-def touch_payload(up: Upstream, policy: KeepWarmPolicy, prefix_id: str) -> bytes:
+def touch_payload(up: KeptUpstream, policy: KeepWarmPolicy, prefix_id: str) -> bytes:
     """The touch request: the prefix as the first system message, as every routed request
     sends it (residency/context/prompt.py), a one-character question and one output token."""
     messages = [

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import orjson
 
+from residency.keep.upstream import KeptUpstream
 from residency.planning.plan_model import ResidencyPlan
-from residency.serve.settings import ServeSettings
-from residency.serve.upstreams import Upstream
 from residency.vllm_client import VllmClient
 from residency.warm.verify import shared_prefix_ids
 
@@ -28,11 +27,11 @@ def rewarm_body(model: str | None, prompts: list[tuple[int, ...]]) -> bytes:
 
 
 def prefix_prompts(
-    plan: ResidencyPlan, up: Upstream, settings: ServeSettings
+    plan: ResidencyPlan, up: KeptUpstream, api_key: str | None
 ) -> dict[str, tuple[int, ...]]:
     """Each prefix's shared prompt on `up`: what warm prefilled, what a re-warm sends."""
     assert up.model is not None
-    with VllmClient(up.url, timeout_s=60.0, api_key=settings.upstream_api_key) as client:
+    with VllmClient(up.url, timeout_s=60.0, api_key=api_key) as client:
         return {
             p.id: tuple(shared_prefix_ids(client, up.model, p.prefix.text))
             for p in plan.all_prefixes()
