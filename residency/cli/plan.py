@@ -75,6 +75,18 @@ class PlanArgs(BaseModel):
     qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (--retriever qdrant)."
     )
+    replicas: Annotated[int, Flag(panel=_PLAN)] = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Plan for a fleet of this many identical replicas: the prefixes all of them "
+        "hold, the hottest replicated, the rest sharded (plan.json's placement).",
+    )
+    replica_server: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
+        default=(),
+        description="A replica's vLLM server, read live (repeatable, in `serve --upstream` "
+        "order): plan the fleet's placement over their own KV caches.",
+    )
     json_output: Annotated[bool, Flag("--json")] = Field(
         default=False, description="Print one JSON object."
     )
@@ -122,7 +134,12 @@ def plan(args: PlanArgs) -> None:
     )
     # --json or not, progress goes to stderr (a bar on a terminal, log lines elsewhere).
     with build_progress() as progress:
-        report, plan = run_plan(job, progress)
+        if args.replicas > 1 or args.replica_server:
+            from residency.planning.fleet_run import run_fleet_plan
+
+            report, plan = run_fleet_plan(job, args.replicas, args.replica_server, progress)
+        else:
+            report, plan = run_plan(job, progress)
     err = Console(stderr=True)
     write_plan(plan, args.output)
     for warning in job.warnings:
@@ -137,3 +154,7 @@ def plan(args: PlanArgs) -> None:
     console = Console()
     render(report, console)
     render_plan(plan, args.output, console)
+    if plan.placement is not None:
+        from residency.cli.plan_placement import render_placement
+
+        render_placement(plan, console)

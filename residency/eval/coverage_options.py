@@ -83,6 +83,14 @@ class CoverageOptions(BaseModel):
         le=10_000,
         description="--squad: requests the modelled host serves at once.",
     )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="--squad: the modelled host is a fleet of this many replicas: adds the row "
+        "placement-N (the prefixes the fleet holds, placed over the replicas; replication is "
+        "the residency row, every replica holding one host's prefixes).",
+    )
     seeds: int = Field(
         default=1,
         ge=1,

@@ -37,6 +37,7 @@ from residency.index import BuildProgress, Index, IndexOptions, build_index, ope
 from residency.index.manifest import MANIFEST_FILE, read_manifest
 from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.fleet import plan_fleet
 from residency.planning.grouping import co_asked, merge_affinity
 from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import (
@@ -307,6 +308,13 @@ def run_simulation(job: SimulationJob, progress: BuildProgress) -> CoverageRepor
         affinity = merge_affinity(co_asked(traffic.log, search, job.depth), index_closeness(index))
         served = build_prefix_plan(index, mass, affinity, host, encoder, options)
         rows.append(ResidentSet.from_plan(served, opts.routing.k, name="residency"))
+        if opts.replicas > 1:  # each question routed to a replica holding its prefix
+            fleet = plan_fleet(
+                lambda c, n: build_prefix_plan(index, mass, affinity, c, encoder, options, n),
+                [host] * opts.replicas,
+            )
+            name = f"placement-{opts.replicas}"
+            rows.append(ResidentSet.from_plan(fleet, opts.routing.k, name=name))
     retrieval = (
         "hybrid (dense + BM25)"
         if job.dense
