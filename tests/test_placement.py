@@ -3,10 +3,12 @@ and a fleet plan on a real (BM25-only) index that holds more than one replica's 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from residency.errors import ConfigError
 from residency.index import Index, IndexOptions, build_index, open_index
 from residency.planning.build import PlanOptions, log_mass
 from residency.planning.fleet import fleet_capacity, plan_fleet, room_tokens
@@ -14,7 +16,11 @@ from residency.planning.multi import build_prefix_plan
 from residency.planning.placement import PrefixDemand, ReplicaRoom, place_prefixes
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, read_plan, write_plan
 from residency.query_log import LogEntry
+from residency.serve.replicas import prefix_holders, replica_plan
+from residency.serve.telemetry import RouterMetrics
+from residency.serve.upstreams import UpstreamPool
 from residency.tokenizer import LocalTokenizer
+from residency.vllm_client import open_session
 
 ROOMS_900 = [ReplicaRoom(0, 900), ReplicaRoom(1, 900)]
 
@@ -139,3 +145,52 @@ def test_two_replicas_hold_what_one_cannot(
     path = tmp_path / "plan.json"
     write_plan(fleet, path)
     assert read_plan(path) == fleet
+
+
+def test_pick_prefers_the_replicas_holding_the_prefix() -> None:
+    async def main() -> None:
+        async with open_session(5.0) as http:
+            urls = [f"http://127.0.0.1:{9 + i}" for i in range(3)]
+            pool = UpstreamPool(urls, http, RouterMetrics(), 5.0)
+            for up in pool.upstreams:
+                up.healthy = True
+            a, b, c = pool.upstreams
+            a.outstanding = 0
+            b.outstanding = 3
+            c.outstanding = 1
+            assert pool.pick() is a  # no placement: least outstanding
+            assert pool.pick(holders={1, 2}) is c  # least outstanding among the holders
+            assert pool.pick(exclude=[c], holders={1, 2}) is b
+            assert pool.pick(exclude=[b, c], holders={1, 2}) is a  # no holder left: any
+            c.healthy = False
+            assert pool.pick(holders={2}) is a
+
+    asyncio.run(main())
+
+
+def test_a_replica_is_warmed_with_its_own_prefixes(index: Index, tokenizer_dir: Path) -> None:
+    enc, mass = LocalTokenizer(tokenizer_dir), log_mass(index, LOG)
+    one = replica(600)
+
+    def plan_once(capacity: CapacitySnapshot, count: int | None) -> ResidencyPlan:
+        return build_prefix_plan(index, mass, {}, capacity, enc, PlanOptions(), count, 0)
+
+    fleet = plan_fleet(plan_once, [one, one])
+    assert fleet.placement is not None
+    seen: set[str] = set()
+    for position in (0, 1):
+        held = replica_plan(fleet, position)
+        assert held is not None
+        ids = [p.id for p in held.all_prefixes()]
+        assert ids == list(fleet.placement.replicas[position].prefix_ids)
+        assert held.prefix == held.all_prefixes()[0].prefix
+        assert {r.id for r in held.resident} == {r.id for p in held.prefixes for r in p.resident}
+        for pid in ids:
+            assert position in (prefix_holders(fleet, pid) or ())
+        seen.update(ids)
+    assert seen == {p.id for p in fleet.all_prefixes()}
+    single = plan_once(one, None)
+    assert replica_plan(single, 5) is single  # no placement: every replica holds every prefix
+    assert prefix_holders(single, "p0") is None
+    with pytest.raises(ConfigError, match="2 replicas"):
+        replica_plan(fleet, 2)

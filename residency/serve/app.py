@@ -29,6 +29,7 @@ from residency.serve.guard import RequestGuard, Slots
 from residency.serve.kv_residency import EngineResidency
 from residency.serve.reload import PlanReloader
 from residency.serve.replan import Replanner
+from residency.serve.replicas import replica_plan
 from residency.serve.router import Router
 from residency.serve.series import initialise_series
 from residency.serve.settings import WATCH_PLAN_INTERVAL_S, ServeSettings
@@ -76,7 +77,10 @@ def create_app(
         )
         try:
             current = state["router"].state if "router" in state else serving
-            report = await anyio.to_thread.run_sync(warm, current.builder.plan, options)
+            held = replica_plan(current.builder.plan, up.position)  # its placed prefixes
+            if held is None:
+                return True
+            report = await anyio.to_thread.run_sync(warm, held, options)
         except ResidencyError as exc:
             if isinstance(exc, UpstreamMismatchError):
                 up.excluded = str(exc)

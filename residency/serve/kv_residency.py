@@ -42,6 +42,7 @@ from residency.planning.plan_model import ResidencyPlan
 from residency.serve.agent_metrics import AgentMetrics
 from residency.serve.block_index import BlockIndex, Chain
 from residency.serve.kv_tracking import Pending, Tracked
+from residency.serve.replicas import replica_plan
 from residency.serve.rewarm_prompts import prefix_prompts, rewarm_body
 from residency.serve.settings import ServeSettings
 from residency.serve.upstreams import Upstream
@@ -141,7 +142,9 @@ class EngineResidency:
         t = self._tracked.get(up.position)
         if t is None or up.model is None:
             return
-        plan = self._plan()
+        plan = replica_plan(self._plan(), up.position)  # a fleet: its placed prefixes
+        if plan is None:
+            return
         key = tuple(p.sha256 for p in plan.all_prefixes())
         try:
             prompts = await anyio.to_thread.run_sync(prefix_prompts, plan, up, self._settings)

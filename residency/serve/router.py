@@ -33,6 +33,7 @@ from residency.serve.guard import ClientGoneError, Slots, read_body, wait_discon
 from residency.serve.keepwarm import KeepWarm
 from residency.serve.prompt import assemble_messages
 from residency.serve.record import Outcome, RouterLogRecord, RouterQueryLog, source_of
+from residency.serve.replicas import prefix_holders
 from residency.serve.settings import ServeSettings
 from residency.serve.state import ServingState
 from residency.serve.telemetry import RouterMetrics
@@ -131,7 +132,8 @@ class Router:
         tried: list[Upstream] = []
         while True:
             try:
-                up = self.pool.pick(exclude=tried)
+                holders = prefix_holders(builder.plan, retrieval.prefix_id)
+                up = self.pool.pick(exclude=tried, holders=holders)
             except NoUpstreamError:
                 return self._finish_error(ex, unavailable(len(self.pool.upstreams)))
             try:
