@@ -29,6 +29,7 @@ from residency.serve.guard import RequestGuard, Slots
 from residency.serve.kv_residency import EngineResidency
 from residency.serve.reload import PlanReloader
 from residency.serve.replan import Replanner
+from residency.serve.replica_keeper import ReplicaKeeper
 from residency.serve.replicas import replica_plan
 from residency.serve.router import Router
 from residency.serve.series import initialise_series
@@ -63,6 +64,8 @@ def create_app(
     state: dict[str, Router] = {}
 
     async def on_join(up: Upstream) -> bool:
+        if settings.replicas:  # a router in front: the replicas are warmed by ReplicaKeeper
+            return True
         engine = state["router"].keep_warm.engine if "router" in state else None
         if engine is not None:  # before the warm, so that its stores are seen
             await engine.attach(up)
@@ -120,6 +123,17 @@ def create_app(
             )
             router.keep_warm.engine.observer = router.forensics
             await pool.start()
+            keeper = None
+            if settings.replicas:
+                keeper = ReplicaKeeper(
+                    settings.replicas,
+                    http,
+                    lambda: router.state.builder.plan,
+                    interval_s=settings.health_interval_s,
+                    request_timeout_s=settings.request_timeout_s,
+                    api_key=settings.upstream_api_key,
+                )
+                await keeper.start()
             tasks: set[asyncio.Task[object]] = {asyncio.create_task(_sync_log_every(router, 1.0))}
             reloader = PlanReloader(settings, router, metrics)
             if settings.watch_plan:
@@ -153,6 +167,8 @@ def create_app(
                 await router.keep_warm.stop()
                 await router.forensics.stop()
                 await pool.stop()
+                if keeper is not None:
+                    await keeper.stop()
                 router.close()
 
     async def chat(request: Request) -> Response:
