@@ -16,6 +16,7 @@ from residency.planning.multi import build_prefix_plan
 from residency.planning.placement import PrefixDemand, ReplicaRoom, place_prefixes
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, read_plan, write_plan
 from residency.query_log import LogEntry
+from residency.serve.failover import survivor_placement
 from residency.serve.replicas import prefix_holders, replica_plan
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import UpstreamPool
@@ -194,3 +195,34 @@ def test_a_replica_is_warmed_with_its_own_prefixes(index: Index, tokenizer_dir: 
     assert prefix_holders(single, "p0") is None
     with pytest.raises(ConfigError, match="2 replicas"):
         replica_plan(fleet, 2)
+
+
+def test_a_dead_replicas_prefixes_go_to_the_survivor_within_its_room(
+    index: Index, tokenizer_dir: Path
+) -> None:
+    enc, mass = LocalTokenizer(tokenizer_dir), log_mass(index, LOG)
+
+    def plan_once(capacity: CapacitySnapshot, count: int | None) -> ResidencyPlan:
+        return build_prefix_plan(index, mass, {}, capacity, enc, PlanOptions(), count, 0)
+
+    big = replica(2000)  # room 1,888: it can take the other replica's prefixes too
+    fleet = plan_fleet(plan_once, [replica(600), big])
+    assert fleet.placement is not None
+    assert survivor_placement(fleet, {0, 1}) is None  # all alive: the plan's own placement
+    own = set(fleet.placement.replicas[1].prefix_ids)
+    orphans = set(fleet.placement.replicas[0].prefix_ids) - own
+    after = survivor_placement(fleet, {1})
+    assert after is not None
+    assert [r.position for r in after.replicas] == [1]
+    assert set(after.replicas[0].prefix_ids) == own | orphans
+    tight = plan_fleet(plan_once, [replica(600), replica(600)])
+    assert tight.placement is not None
+    left = survivor_placement(tight, {0})
+    assert left is not None
+    survivor = tight.placement.replicas[0]
+    kept = set(left.replicas[0].prefix_ids)
+    assert set(survivor.prefix_ids) <= kept  # what it holds it keeps
+    extra_tokens = sum(
+        p.tokens for p in tight.all_prefixes() if p.id in kept - set(survivor.prefix_ids)
+    )
+    assert survivor.resident_kv_tokens + extra_tokens <= survivor.room_tokens

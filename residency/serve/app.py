@@ -24,6 +24,7 @@ from residency.errors import ResidencyError, UpstreamMismatchError
 from residency.serve.canary import RecallCanary
 from residency.serve.drain import Drain
 from residency.serve.errors import error_response, unavailable
+from residency.serve.failover import FailoverWarmer
 from residency.serve.forensics import RECENT_REQUESTS
 from residency.serve.guard import RequestGuard, Slots
 from residency.serve.kv_residency import EngineResidency
@@ -135,6 +136,15 @@ def create_app(
                 )
                 await keeper.start()
             tasks: set[asyncio.Task[object]] = {asyncio.create_task(_sync_log_every(router, 1.0))}
+            if serving.builder.plan.placement is not None:  # a replica down: survivors take over
+                failover = FailoverWarmer(
+                    keeper.pool if keeper is not None else pool,
+                    lambda: router.state.builder.plan,
+                    interval_s=settings.health_interval_s,
+                    request_timeout_s=settings.request_timeout_s,
+                    api_key=settings.upstream_api_key,
+                )
+                tasks.add(asyncio.create_task(failover.run()))
             reloader = PlanReloader(settings, router, metrics)
             if settings.watch_plan:
                 tasks.add(asyncio.create_task(reloader.watch(WATCH_PLAN_INTERVAL_S)))

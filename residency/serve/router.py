@@ -28,6 +28,7 @@ from residency.errors import BackendError
 from residency.serve import drain as shutdown
 from residency.serve.errors import error_response, unavailable
 from residency.serve.exchange import Endpoint, Exchange
+from residency.serve.failover import effective_plan
 from residency.serve.forensics import Forensics
 from residency.serve.guard import ClientGoneError, Slots, read_body, wait_disconnect
 from residency.serve.keepwarm import KeepWarm
@@ -132,7 +133,8 @@ class Router:
         tried: list[Upstream] = []
         while True:
             try:
-                holders = prefix_holders(builder.plan, retrieval.prefix_id)
+                placed = effective_plan(builder.plan, self.pool.usable_positions)
+                holders = prefix_holders(placed, retrieval.prefix_id)
                 up = self.pool.pick(exclude=tried, holders=holders)
             except NoUpstreamError:
                 return self._finish_error(ex, unavailable(len(self.pool.upstreams)))

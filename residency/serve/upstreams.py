@@ -154,6 +154,11 @@ class UpstreamPool:
         return min(candidates, key=lambda u: (u.outstanding, u.served, u.position))
 
     @property
+    def usable_positions(self) -> frozenset[int]:
+        """Positions of the upstreams that can take requests."""
+        return frozenset(u.position for u in self.upstreams if u.usable)
+
+    @property
     def any_usable(self) -> bool:
         """At least one upstream can take requests."""
         return any(u.usable for u in self.upstreams)
