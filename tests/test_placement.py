@@ -116,11 +116,19 @@ def replica(kv_tokens: int, window: int = 400) -> CapacitySnapshot:
 
 
 def test_fleet_capacity_adds_the_rooms_and_caps_a_prefix_at_the_smallest() -> None:
-    fleet = fleet_capacity([replica(600), replica(1000)])
     assert room_tokens(replica(600)) == 488
+    # No head: the window tiles the smallest room where that costs at most a quarter of it
+    # (720 = 2 x 352, not 400 + 320; 480 = 2 x 240 would cut 400 by 40%: not tiled).
+    fleet = fleet_capacity([replica(600), replica(1000)], shared_tokens=0)
     assert fleet.kv_cache_tokens == 488 + 888 + 112
-    assert fleet.context_limit_tokens == 400  # the window, under the smallest room (480)
-    assert fleet_capacity([replica(400), replica(1000)]).context_limit_tokens == 288
+    assert fleet.context_limit_tokens == 400
+    assert fleet_capacity([replica(832), replica(1000)], 0).context_limit_tokens == 352
+    assert fleet_capacity([replica(400), replica(1000)], 0).context_limit_tokens == 288
+    # The default head (two thirds of 400 = 266 tokens: 15 whole blocks, the seam's less) is
+    # held again by the second replica.
+    headed = fleet_capacity([replica(600), replica(1000)])
+    assert headed.context_limit_tokens == 400
+    assert headed.kv_cache_tokens == 488 + 888 - 240 + 112
 
 
 def test_two_replicas_hold_what_one_cannot(
@@ -133,7 +141,7 @@ def test_two_replicas_hold_what_one_cannot(
         return build_prefix_plan(index, mass, {}, capacity, enc, PlanOptions(), count, 0)
 
     single = plan_once(one, None)
-    fleet = plan_fleet(plan_once, [one, one])
+    fleet = plan_fleet(plan_once, [one, one], shared_tokens=0)
     assert fleet.placement is not None
     assert fleet.capacity == one  # each replica's capacity, as serve and warm check it
     assert fleet.resident_tokens() > 1.5 * single.resident_tokens()
@@ -176,7 +184,7 @@ def test_a_replica_is_warmed_with_its_own_prefixes(index: Index, tokenizer_dir: 
     def plan_once(capacity: CapacitySnapshot, count: int | None) -> ResidencyPlan:
         return build_prefix_plan(index, mass, {}, capacity, enc, PlanOptions(), count, 0)
 
-    fleet = plan_fleet(plan_once, [one, one])
+    fleet = plan_fleet(plan_once, [one, one], shared_tokens=0)
     assert fleet.placement is not None
     seen: set[str] = set()
     for position in (0, 1):
@@ -206,7 +214,7 @@ def test_a_dead_replicas_prefixes_go_to_the_survivor_within_its_room(
         return build_prefix_plan(index, mass, {}, capacity, enc, PlanOptions(), count, 0)
 
     big = replica(2000)  # room 1,888: it can take the other replica's prefixes too
-    fleet = plan_fleet(plan_once, [replica(600), big])
+    fleet = plan_fleet(plan_once, [replica(600), big], shared_tokens=0)
     assert fleet.placement is not None
     assert survivor_placement(fleet, {0, 1}) is None  # all alive: the plan's own placement
     own = set(fleet.placement.replicas[1].prefix_ids)
@@ -215,7 +223,7 @@ def test_a_dead_replicas_prefixes_go_to_the_survivor_within_its_room(
     assert after is not None
     assert [r.position for r in after.replicas] == [1]
     assert set(after.replicas[0].prefix_ids) == own | orphans
-    tight = plan_fleet(plan_once, [replica(600), replica(600)])
+    tight = plan_fleet(plan_once, [replica(600), replica(600)], shared_tokens=0)
     assert tight.placement is not None
     left = survivor_placement(tight, {0})
     assert left is not None

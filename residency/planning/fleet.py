@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from planner import InfeasiblePlanError
 from planner.units import round_up
 from residency.errors import ConfigError
+from residency.planning.multi import default_shared_tokens, shared_kv_tokens
 from residency.planning.placement import (
     Assignment,
     PrefixDemand,
@@ -21,6 +22,9 @@ from residency.planning.plan_model import CapacitySnapshot, PlanPrefix, Residenc
 
 # Plans the prefixes for a capacity (forced count, or None: the planner's best count).
 PlanOnce = Callable[[CapacitySnapshot, int | None], ResidencyPlan]
+# A window cut to tile the replicas' rooms keeps at least this share of the window (below it the
+# sections that filled a whole window no longer fit any prefix).
+TILE_SHRINK_LIMIT = 0.75
 PLACEMENT_METHOD = "shard hottest-first on the least loaded replica, then replicate by traffic"
 
 
@@ -29,9 +33,14 @@ def room_tokens(capacity: CapacitySnapshot) -> int:
     return max(capacity.kv_cache_tokens - (capacity.concurrency_reserve_tokens or 0), 0)
 
 
-def fleet_capacity(replicas: Sequence[CapacitySnapshot]) -> CapacitySnapshot:
+def fleet_capacity(
+    replicas: Sequence[CapacitySnapshot], shared_tokens: int | None = None
+) -> CapacitySnapshot:
     """The capacity the planner sees for the whole fleet: the first replica's model and
-    settings, every replica's room together, one prefix at most the smallest room."""
+    settings, every replica's room together less the shared head each further replica holds
+    again, one prefix at most the smallest room. Without a head the window is cut so that whole
+    prefixes tile a replica's room (12,992 tokens, window 4,800: three of 4,320, not two of
+    4,800 and 3,392 that no replica has room for), unless that cuts it by more than a quarter."""
     if not replicas:
         raise ConfigError("--replicas: a fleet needs at least one replica")
     base = replicas[0]
@@ -48,10 +57,19 @@ def fleet_capacity(replicas: Sequence[CapacitySnapshot]) -> CapacitySnapshot:
             f"--replicas: the smallest replica's KV room is {smallest} tokens, under one block "
             f"({block}); lower --concurrency or raise --gpu-memory-utilization"
         )
+    windowed = base.model_copy(update={"context_limit_tokens": window})
+    head = default_shared_tokens(windowed) if shared_tokens is None else shared_tokens
+    shared = shared_kv_tokens(min(head, window), block) if head else 0
+    if not shared:
+        per_replica = -(-smallest // window)
+        tiled = smallest // per_replica // block * block
+        if tiled >= TILE_SHRINK_LIMIT * window:  # smaller prefixes no longer hold big sections
+            window = tiled
     reserve = base.concurrency_reserve_tokens or 0
+    rooms = sum(room_tokens(c) for c in replicas) - (len(replicas) - 1) * shared
     return base.model_copy(
         update={
-            "kv_cache_tokens": sum(room_tokens(c) for c in replicas) + reserve,
+            "kv_cache_tokens": rooms + reserve,
             "context_limit_tokens": window,
             "resident_budget_tokens": min(base.resident_budget_tokens, window),
             "reasoning": f"{len(replicas)} replicas planned as one KV cache; {base.reasoning}",
@@ -102,10 +120,14 @@ def placement_of(assignment: Assignment, replicas: Sequence[CapacitySnapshot]) -
 
 
 def plan_fleet(
-    plan_once: PlanOnce, replicas: Sequence[CapacitySnapshot], prefixes: int | None = None
+    plan_once: PlanOnce,
+    replicas: Sequence[CapacitySnapshot],
+    prefixes: int | None = None,
+    shared_tokens: int | None = None,
 ) -> ResidencyPlan:
-    """The fleet's plan with its placement: as many prefixes as the replicas hold whole."""
-    capacity = fleet_capacity(replicas)
+    """The fleet's plan with its placement: as many prefixes as the replicas hold whole
+    (`shared_tokens`: --shared-tokens, None: the planner's default head)."""
+    capacity = fleet_capacity(replicas, shared_tokens)
     plan = plan_once(capacity, prefixes)
     while (assignment := assign(plan, replicas)).unplaced:
         count = len(plan.all_prefixes()) - len(assignment.unplaced)

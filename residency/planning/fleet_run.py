@@ -57,4 +57,5 @@ def run_fleet_plan(
         return plan_from_log(index, log, files, capacity, encoder, settings, job.pins, job.excludes)
 
     snapshots = [snapshot(r) for r in reports]
-    return reports[0], plan_fleet(plan_once, snapshots, job.settings.prefixes)
+    settings = job.settings
+    return reports[0], plan_fleet(plan_once, snapshots, settings.prefixes, settings.shared_tokens)
