@@ -11,7 +11,9 @@ prompt finds its prefix cached (vLLM's usage):
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -52,10 +54,16 @@ def replica_spec(model_dir: Path, n: int, events_port: int) -> ServerSpec:
         "endpoint": f"tcp://*:{events_port}",
     }
     args = (
-        "--enforce-eager", "--enable-prompt-tokens-details", "--enable-prefix-caching",
-        "--block-size", str(BLOCK), "--num-gpu-blocks-override", str(REPLICA_KV_BLOCKS),
-        "--kv-events-config", orjson.dumps(events).decode(),
-    )  # fmt: skip
+        "--enforce-eager",
+        "--enable-prompt-tokens-details",
+        "--enable-prefix-caching",
+        "--block-size",
+        str(BLOCK),
+        "--num-gpu-blocks-override",
+        str(REPLICA_KV_BLOCKS),
+        "--kv-events-config",
+        orjson.dumps(events).decode(),
+    )
     return ServerSpec(
         model_dir,
         args,
@@ -94,9 +102,17 @@ def fleet(
     plan_path = root / "plan.json"
     servers = [a for server, _ in replicas for a in ("--replica-server", server.base_url)]
     done = run_cli(
-        "plan", *servers, "--platform", "cpu", "--index", str(index_dir),
-        "--log", str(SAMPLE / "queries.jsonl"), "-o", str(plan_path),
-    )  # fmt: skip
+        "plan",
+        *servers,
+        "--platform",
+        "cpu",
+        "--index",
+        str(index_dir),
+        "--log",
+        str(SAMPLE / "queries.jsonl"),
+        "-o",
+        str(plan_path),
+    )
     assert done.returncode == 0, done.stderr
     assert "Placement over 2 replicas" in done.stdout
     return plan_path, index_dir
@@ -180,8 +196,13 @@ def test_mode_1_sends_each_question_to_a_replica_holding_its_prefix(
     print(f"mode 1: {len(seconds)} requests, {sum(seconds) / len(seconds):.3f} s mean")
 
 
-def test_mode_2_vllm_router_kv_aware_in_front_and_residency_warming_the_replicas(
-    replicas: list[tuple[VllmServer, int]], fleet: tuple[Path, Path], tmp_path: Path
+@pytest.mark.parametrize("policy", ["kv_aware", "cache_aware"])
+def test_mode_2_vllm_router_in_front_and_residency_warming_the_replicas(
+    replicas: list[tuple[VllmServer, int]],
+    fleet: tuple[Path, Path],
+    dense_model_dir: Path,
+    tmp_path: Path,
+    policy: str,
 ) -> None:
     binary = shutil.which("vllm-router", path=str(Path(sys.executable).parent))
     assert binary is not None, "vllm-router is in the dev extra: pip install -e '.[dev]'"
@@ -200,14 +221,27 @@ def test_mode_2_vllm_router_kv_aware_in_front_and_residency_warming_the_replicas
     front = ManagedServer(
         "vllm-router",
         [
-            binary, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *urls,
-            "--policy", "kv_aware", *events, "--kv-event-block-size", str(BLOCK),
-            "--kv-event-model", "tiny",
+            binary,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--worker-urls",
+            *urls,
+            "--policy",
+            policy,
+            *events,
+            "--kv-event-block-size",
+            str(BLOCK),
+            "--kv-event-model",
+            "tiny",
         ],
         port=port,
         log_path=tmp_path / "vllm-router.log",
+        # kv_aware hashes the prompt's blocks itself: it needs the model's tokenizer locally.
+        env={**os.environ, "VLLM_ROUTER_TOKENIZER": str(dense_model_dir)},
         stop_at_exit=True,
-    )  # fmt: skip
+    )
     front.start(120.0)
     try:
         extra = (*ROUTER_ARGS, *(a for u in urls for a in ("--replica", u)))
@@ -216,7 +250,64 @@ def test_mode_2_vllm_router_kv_aware_in_front_and_residency_warming_the_replicas
             while router.log_text().count("warmed directly") < len(urls):
                 assert time.monotonic() < deadline, router.log_tail()
                 time.sleep(0.5)
-            seconds = ask_every_prefix(router, plan, questions)
+            try:
+                seconds = ask_every_prefix(router, plan, questions)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}\nvllm-router log:\n{front.log_tail(40)}") from None
     finally:
         front.stop()
-    print(f"mode 2: {len(seconds)} requests, {sum(seconds) / len(seconds):.3f} s mean")
+    print(f"mode 2 ({policy}): {len(seconds)} requests, {sum(seconds) / len(seconds):.3f} s mean")
+
+
+def test_a_replica_killed_its_prefix_rewarmed_on_the_survivor(
+    replicas: list[tuple[VllmServer, int]], fleet: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # Two prefixes, one a replica, each far under its room: the survivor can take the other's.
+    plan_path = tmp_path / "two.json"
+    servers = [a for server, _ in replicas for a in ("--replica-server", server.base_url)]
+    done = run_cli(
+        "plan",
+        *servers,
+        "--platform",
+        "cpu",
+        "--index",
+        str(fleet[1]),
+        "--log",
+        str(SAMPLE / "queries.jsonl"),
+        "--prefixes",
+        "2",
+        "--shared-tokens",
+        "0",
+        "-o",
+        str(plan_path),
+    )
+    assert done.returncode == 0, done.stderr
+    plan = read_plan(plan_path)
+    assert plan.placement is not None
+    questions = questions_by_prefix(plan, plan_path, fleet[1])
+    assert len(plan.placement.holders("p1")) == 1  # p1 on one replica only (p0 may be on both)
+    doomed = next(r for r in plan.placement.replicas if "p1" in r.prefix_ids)
+    urls = [server.base_url for server, _ in replicas]
+    for server in urls:
+        assert httpx.post(f"{server}/reset_prefix_cache", timeout=30).status_code == 200
+    tokens = plan.all_prefixes()[1].tokens
+    with RouterProcess(plan_path, urls, tmp_path, ROUTER_ARGS) as router:
+        ask_every_prefix(router, plan, questions)
+        pid = replicas[doomed.position][0].pid
+        assert pid is not None
+        os.killpg(pid, signal.SIGKILL)
+        body = {"messages": [{"role": "user", "content": questions["p1"]}], "max_tokens": 1}
+        url = f"{router.base_url}/v1/chat/completions"
+        deadline = time.monotonic() + 120
+        while "took over prefixes p1" not in router.log_text():
+            answer = httpx.post(url, json=body, timeout=300)  # no question fails meanwhile
+            assert answer.status_code == 200, (answer.text, router.log_tail())
+            assert time.monotonic() < deadline, router.log_tail()
+            time.sleep(1)
+        hits = 0
+        for _ in range(10):
+            answer = httpx.post(url, json=body, timeout=300)
+            assert answer.status_code == 200, answer.text
+            cached = answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+            hits += cached >= tokens - BLOCK
+        assert hits >= 9, (hits, router.log_tail())
