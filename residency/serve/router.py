@@ -160,8 +160,11 @@ class Router:
                 response = error_response(504, message, "server_error", "upstream_timeout")
                 return self._finish_error(ex, response, "upstream_error")
             except TransportError:
-                ex.upstream = up
                 self.pool.mark_down(up)
+                if not stream:  # nothing reached the client yet: another upstream answers
+                    tried.append(up)
+                    continue
+                ex.upstream = up
                 message = "the model server failed while answering; retry shortly"
                 response = error_response(502, message, "server_error", "upstream_error")
                 return self._finish_error(ex, response, "upstream_error")
