@@ -1,5 +1,7 @@
-"""Placement of resident prefixes over a fleet of replicas: the pure assignment (hand-computed)
-and a fleet plan on a real (BM25-only) index that holds more than one replica's plan."""
+"""Placement of resident prefixes over a fleet of replicas: the pure assignment (hand-computed),
+a fleet plan on a real (BM25-only) index that holds more than one replica's plan, the router's
+pick among the replicas holding a prefix, each replica's warm plan, and the survivors' placement
+when a replica is gone."""
 
 from __future__ import annotations
 
