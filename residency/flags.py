@@ -163,6 +163,17 @@ MaxModelLen = Annotated[
         "`eval coverage` models a host only with --kv-cache-tokens and this).",
     ),
 ]
+Replicas = Annotated[
+    int,
+    Flag(show_default=True),
+    Field(
+        ge=1,
+        le=1024,
+        description="A fleet of this many identical replicas: the prefixes they hold placed over "
+        "them, the hottest replicated, the rest sharded (plan.json's placement; `eval coverage "
+        "--squad` adds the row placement-N).",
+    ),
+]
 Output = Annotated[
     Path | None,
     Flag("--output", "-o", show_default=False),

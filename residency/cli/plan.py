@@ -12,7 +12,7 @@ from residency.capacity.request import CapacityRequest
 from residency.cli.qdrant_options import checked_qdrant, qdrant_backend
 from residency.cli.spec import command
 from residency.corpus.samples import SampleName
-from residency.flags import Flag, IndexDir, JsonOutput, Output, Section, TokenizerDir
+from residency.flags import Flag, IndexDir, JsonOutput, Output, Replicas, Section, TokenizerDir
 from residency.planning.settings import PlanSettings
 from residency.retrieval.qdrant_schema import QDRANT_SECTION, QdrantOptions
 
@@ -58,6 +58,12 @@ class PlanArgs(BaseModel):
     )
     qdrant: Annotated[QdrantOptions | None, QDRANT_SECTION] = Field(
         default=None, description="The Qdrant collection (--retriever qdrant)."
+    )
+    replicas: Annotated[Replicas, Flag(panel=_PLAN)] = 1
+    replica_server: Annotated[tuple[str, ...], Flag(panel=_PLAN)] = Field(
+        default=(),
+        description="A replica's vLLM server, read live (repeatable, in `serve --upstream` "
+        "order): plan the fleet's placement over their own KV caches.",
     )
     json_output: JsonOutput = False
 
@@ -107,7 +113,12 @@ def plan(args: PlanArgs) -> None:
     )
     # --json or not, progress goes to stderr (a bar on a terminal, log lines elsewhere).
     with build_progress() as progress:
-        report, plan = run_plan(job, progress)
+        if args.replicas > 1 or args.replica_server:
+            from residency.planning.fleet_run import run_fleet_plan
+
+            report, plan = run_fleet_plan(job, args.replicas, args.replica_server, progress)
+        else:
+            report, plan = run_plan(job, progress)
     err = Console(stderr=True)
     write_plan(plan, output)
     for warning in job.warnings:
@@ -122,3 +133,7 @@ def plan(args: PlanArgs) -> None:
     console = Console()
     render(report, console)
     render_plan(plan, output, console)
+    if plan.placement is not None:
+        from residency.cli.plan_placement import render_placement
+
+        render_placement(plan, console)

@@ -39,6 +39,13 @@ class WarmArgs(BaseModel):
     watch_settings: Annotated[WatchSettings, Section(panel=WATCH)] = Field(
         default_factory=WatchSettings, description="How --watch probes and waits."
     )
+    replica: Annotated[int | None, Flag("--replica-index")] = Field(
+        default=None,
+        ge=0,
+        le=1023,
+        description="A plan with a placement (plan --replicas): warm the prefixes of the "
+        "replica at this position (--server is that replica); default: every prefix.",
+    )
     json_output: JsonOutput = False
 
 
@@ -51,6 +58,14 @@ def warm(args: WarmArgs) -> None:
 
     options, json = args.options, args.json_output
     residency_plan = read_plan(args.plan)
+    if args.replica is not None:
+        from residency.planning.replicas import replica_plan
+
+        held = replica_plan(residency_plan, args.replica)
+        if held is None:
+            typer.echo(f"replica {args.replica} holds no prefix in {args.plan}: nothing to warm")
+            return
+        residency_plan = held
     if args.watch:
         _watch(residency_plan, options, args.watch_settings, json)
         return

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from planner.budget import ConcurrentRequests
 from residency.context.routing import RoutingSettings
 from residency.eval.defaults import DEFAULT_EVAL_SIZE, DEFAULT_LOG_SIZE, DEFAULT_ZIPF_S
-from residency.flags import Flag, MaxModelLen, Section, VllmServer
+from residency.flags import Flag, MaxModelLen, Replicas, Section, VllmServer
 
 DEFAULT_BUDGET_TOKENS = 30000
 
@@ -72,6 +72,7 @@ class CoverageOptions(BaseModel):
     server: VllmServer = None
     # --squad: requests the modelled host serves at once; the planner's own --concurrency
     concurrency: ConcurrentRequests = 1
+    replicas: Replicas = 1
     seeds: int = Field(
         default=1,
         ge=1,

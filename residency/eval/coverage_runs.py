@@ -37,6 +37,7 @@ from residency.index import BuildProgress, Index, IndexOptions, build_index, ope
 from residency.index.manifest import MANIFEST_FILE, read_manifest
 from residency.models.tokenizer import ensure_tokenizer
 from residency.planning.build import PlanOptions, build_plan, log_mass
+from residency.planning.fleet import plan_fleet
 from residency.planning.grouping import co_asked, merge_affinity
 from residency.planning.multi import build_prefix_plan
 from residency.planning.plan_model import (
@@ -363,7 +364,14 @@ def _host_sets(
 
     affinity = merge_affinity(co_asked(log, search, job.depth), index_closeness(index))
     served = build_prefix_plan(index, mass, affinity, host, encoder, options)
-    return [single_row, ResidentSet.from_plan(served, k, name="residency")]
+    rows = [single_row, ResidentSet.from_plan(served, k, name="residency")]
+    if (replicas := job.options.replicas) > 1:  # questions go to a replica holding their prefix
+        fleet = plan_fleet(
+            lambda c, n: build_prefix_plan(index, mass, affinity, c, encoder, options, n),
+            [host] * replicas,
+        )
+        rows.append(ResidentSet.from_plan(fleet, k, name=f"placement-{replicas}"))
+    return rows
 
 
 def _merge_draws(report: CoverageReport) -> CoverageReport:

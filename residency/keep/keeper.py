@@ -16,6 +16,7 @@ from residency.keep.kv_residency import EngineResidency
 from residency.keep.token_count import KeepWarmPolicy, TokenCount
 from residency.keep.upstream import KeepMetrics, KeepSettings, KeptUpstream, ResidencyObserver
 from residency.planning.plan_model import ResidencyPlan
+from residency.planning.replicas import replica_plan
 from residency.vllm_client import Usage
 from residency.warm import WarmOptions, WarmReport, warm
 
@@ -54,7 +55,10 @@ class ResidencyKeeper:
             api_key=self._settings.upstream_api_key,
         )
         try:
-            report = await anyio.to_thread.run_sync(warm, self._plan(), options)
+            held = replica_plan(self._plan(), up.position)  # a fleet: its placed prefixes
+            if held is None:  # this replica holds none of them
+                return True
+            report = await anyio.to_thread.run_sync(warm, held, options)
         except UpstreamMismatchError as exc:
             up.excluded = str(exc)
             log.error("upstream %s excluded: %s", up.label, exc)

@@ -44,6 +44,7 @@ from residency.keep.kv_tracking import Pending, Tracked
 from residency.keep.rewarm_prompts import prefix_prompts, rewarm_body
 from residency.keep.upstream import KeepSettings, KeptUpstream, ResidencyObserver
 from residency.planning.plan_model import ResidencyPlan
+from residency.planning.replicas import replica_plan
 from residency.vllm_client import TransportError
 from residency.vllm_client.kv_events import (
     EventBatch,
@@ -140,7 +141,8 @@ class EngineResidency:
         t = self._tracked.get(up.position)
         if t is None or up.model is None:
             return
-        plan = self._plan()
+        if (plan := replica_plan(self._plan(), up.position)) is None:  # a fleet: its own
+            return
         key = tuple(p.sha256 for p in plan.all_prefixes())
         try:
             api_key = self._settings.upstream_api_key

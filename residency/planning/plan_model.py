@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from residency.atomic import write_bytes_atomic
 from residency.errors import ConfigError
+from residency.planning.placement_model import Placement
 from residency.planning.settings import PlanSettings as PlanSettings  # re-exported
 from residency.planning.settings import Strategy
 
@@ -218,6 +219,10 @@ class ResidencyPlan(BaseModel):
     arithmetic: PrefixArithmetic | None = Field(
         default=None, description="How the prefixes share the KV cache (None: older plans)."
     )
+    placement: Placement | None = Field(
+        default=None,
+        description="Which replica holds which prefix (None: every replica holds every prefix).",
+    )
 
     @model_validator(mode="after")
     def _prefixes_agree(self) -> ResidencyPlan:
@@ -230,6 +235,10 @@ class ResidencyPlan(BaseModel):
         for p in self.prefixes:
             if (p.tokens, p.sha256) != (p.prefix.token_count, p.prefix.hash):
                 raise ValueError(f"prefix {p.id}: tokens or sha256 differ from its text; re-plan")
+        ids = {p.id for p in self.all_prefixes()}
+        for r in self.placement.replicas if self.placement else ():
+            if unknown := set(r.prefix_ids) - ids:
+                raise ValueError(f"placement: replica {r.position} holds unknown {sorted(unknown)}")
         return self
 
     def resident_chunk_ids(self) -> frozenset[str]:

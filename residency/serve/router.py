@@ -28,10 +28,13 @@ from starlette.responses import Response, StreamingResponse
 from residency.context.prompt import assemble_messages
 from residency.errors import BackendError
 from residency.keep.keeper import ResidencyKeeper
+from residency.planning.plan_model import ResidencyPlan
+from residency.planning.replicas import prefix_holders
 from residency.serve import drain as shutdown
 from residency.serve.errors import error_response, unavailable
 from residency.serve.exchange import Endpoint, Exchange
 from residency.serve.exchange_record import log_record
+from residency.serve.failover import effective_plan
 from residency.serve.forensics import Forensics
 from residency.serve.guard import ClientGoneError, Slots, read_body, wait_disconnect
 from residency.serve.record import Outcome, RouterQueryLog, source_of
@@ -128,7 +131,7 @@ class Router:
         if req.stream:
             options = req.body.get("stream_options") or {}
             req.body["stream_options"] = {**options, "include_usage": True}
-        return await self._forward(request, ex, req, assembled, large)
+        return await self._forward(request, ex, req, assembled, large, builder.plan)
 
     async def _admit(
         self, request: Request, endpoint: Endpoint
@@ -160,13 +163,16 @@ class Router:
         req: ClientRequest,
         assembled: list[Any],
         large: bool,
+        plan: ResidencyPlan,
     ) -> Response:
-        """Send to the least busy upstream, the next one while none is reached."""
+        """Send to the least busy upstream holding the prefix, the next while none is reached."""
         tried: list[Upstream] = []
         prefix_id = ex.ctx.retrieval.prefix_id
         while True:
             try:
-                up = self.pool.pick(exclude=tried)
+                placed = effective_plan(plan, self.pool.usable_positions)
+                holders = prefix_holders(placed, prefix_id) if prefix_id else None
+                up = self.pool.pick(exclude=tried, holders=holders)
             except NoUpstreamError:
                 return self._finish_error(ex, unavailable(len(self.pool.upstreams)))
             try:
@@ -191,8 +197,11 @@ class Router:
                 response = error_response(504, message, "server_error", "upstream_timeout")
                 return self._finish_error(ex, response, "upstream_error")
             except TransportError:
-                ex.upstream = up
                 self.pool.mark_down(up)
+                if not req.stream:  # nothing reached the client yet: another upstream answers
+                    tried.append(up)
+                    continue
+                ex.upstream = up
                 message = "the model server failed while answering; retry shortly"
                 response = error_response(502, message, "server_error", "upstream_error")
                 return self._finish_error(ex, response, "upstream_error")

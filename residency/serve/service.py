@@ -16,16 +16,18 @@ from residency.keep.keeper import ResidencyKeeper
 from residency.keep.upstream import KeepSettings
 from residency.serve.canary import RecallCanary
 from residency.serve.drain import Drain
+from residency.serve.failover import FailoverWarmer
 from residency.serve.forensics import Forensics
 from residency.serve.guard import Slots
 from residency.serve.record import RouterQueryLog
 from residency.serve.reload import PlanReloader
 from residency.serve.replan import Replanner
+from residency.serve.replica_keeper import ReplicaKeeper
 from residency.serve.router import Router, RouterParts
 from residency.serve.settings import WATCH_PLAN_INTERVAL_S, ServeSettings
 from residency.serve.state import Current
 from residency.serve.telemetry import RouterMetrics
-from residency.serve.upstreams import UpstreamPool
+from residency.serve.upstreams import Upstream, UpstreamPool
 from residency.vllm_client import Session, open_session
 
 LOG_SYNC_INTERVAL_S = 1.0  # the query log is fsynced this often, off the request path
@@ -56,12 +58,14 @@ class RouterService:
         reloader: PlanReloader,
         replanner: Replanner | None,
         canary: RecallCanary | None,
+        replicas: ReplicaKeeper | None = None,
     ) -> None:
         self.settings = settings
         self.router = router
         self.reloader = reloader
         self.replanner = replanner
         self.canary = canary
+        self.replicas = replicas  # vllm-router in front: its replicas warmed and kept directly
         self._tasks: set[asyncio.Task[Any]] = set()
 
     @classmethod
@@ -84,12 +88,15 @@ class RouterService:
             policy=lambda: current.state.keep_warm,
             observer=forensics,
         )
+        # With --replica the --upstream is a router (vllm-router) in front of them: the
+        # replicas are warmed and kept by ReplicaKeeper, the router's URL is only forwarded to.
+        join = _router_in_front if settings.replicas else keeper.join
         pool = UpstreamPool(
             settings.upstreams,
             http,
             metrics,
             settings.health_interval_s,
-            keeper.join,
+            join,
             api_key=settings.upstream_api_key,
         )
         log = RouterQueryLog(settings.log, metrics) if settings.log else None
@@ -100,7 +107,18 @@ class RouterService:
             replanner = Replanner(settings, reloader, metrics.agent, settings.log)
         if agent.canary is not None:
             canary = RecallCanary(agent, metrics.agent, lambda: current.state)
-        return cls(settings, Router(settings, parts), reloader, replanner, canary)
+        replicas = None
+        if settings.replicas:
+            replicas = ReplicaKeeper(
+                settings.replicas,
+                http,
+                lambda: current.state.builder.plan,
+                interval_s=settings.health_interval_s,
+                request_timeout_s=settings.request_timeout_s,
+                api_key=settings.upstream_api_key,
+            )
+        router = Router(settings, parts)
+        return cls(settings, router, reloader, replanner, canary, replicas)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -125,6 +143,17 @@ class RouterService:
         end stop them, the keeper, the pool and the query log, in that order."""
         router = self.router
         await router.pool.start()
+        if self.replicas is not None:
+            await self.replicas.start()
+        if router.state.builder.plan.placement is not None:  # a replica down: survivors take over
+            failover = FailoverWarmer(
+                self.replicas.pool if self.replicas is not None else router.pool,
+                lambda: router.state.builder.plan,
+                interval_s=self.settings.health_interval_s,
+                request_timeout_s=self.settings.request_timeout_s,
+                api_key=self.settings.upstream_api_key,
+            )
+            self._spawn(failover.run())
         self._spawn(_sync_log_every(router, LOG_SYNC_INTERVAL_S))
         if self.settings.watch_plan:
             self._spawn(self.reloader.watch(WATCH_PLAN_INTERVAL_S))
@@ -147,6 +176,8 @@ class RouterService:
             await router.keeper.stop()
             await router.forensics.stop()
             await router.pool.stop()
+            if self.replicas is not None:
+                await self.replicas.stop()
             router.close()
 
     def _on_sighup(self) -> None:
@@ -158,6 +189,11 @@ class RouterService:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+async def _router_in_front(up: Upstream) -> bool:
+    """The join hook of an --upstream that is a router: nothing to warm there."""
+    return True
 
 
 async def _sync_log_every(router: Router, interval_s: float) -> None:

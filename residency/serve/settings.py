@@ -99,6 +99,13 @@ class ServeSettings(BaseModel):
         max_length=64,
         description="vLLM base URL (repeatable; balanced by least outstanding requests).",
     )
+    replicas: Annotated[tuple[str, ...], Flag("--replica")] = Field(
+        default=(),
+        max_length=1024,
+        description="A vLLM replica behind a router given as --upstream (vllm-router): "
+        "warmed and kept directly with its prefixes of the plan's placement, in placement "
+        "order (repeatable); requests still go to --upstream.",
+    )
     host: Annotated[str, Flag(panel=NET)] = Field(
         default="127.0.0.1",
         min_length=1,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from residency.serve.telemetry import RouterMetrics
@@ -140,12 +140,23 @@ class UpstreamPool:
             log.warning("upstream %s (%s) failed a request; out of rotation", up.label, up.url)
         self._set_health(up, False)
 
-    def pick(self, exclude: Sequence[Upstream] = ()) -> Upstream:
-        """The usable upstream with the fewest requests in flight (ties: least served)."""
+    def pick(
+        self, exclude: Sequence[Upstream] = (), holders: Collection[int] | None = None
+    ) -> Upstream:
+        """The usable upstream with the fewest requests in flight (ties: least served); with
+        `holders` (positions of the replicas whose KV cache holds the question's prefix, from the
+        plan's placement) one of them while any is usable, else any usable upstream."""
         candidates = [u for u in self.upstreams if u.usable and u not in exclude]
         if not candidates:
             raise NoUpstreamError
+        if holders is not None:
+            candidates = [u for u in candidates if u.position in holders] or candidates
         return min(candidates, key=lambda u: (u.outstanding, u.served, u.position))
+
+    @property
+    def usable_positions(self) -> frozenset[int]:
+        """Positions of the upstreams that can take requests."""
+        return frozenset(u.position for u in self.upstreams if u.usable)
 
     @property
     def any_usable(self) -> bool:
