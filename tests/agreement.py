@@ -36,12 +36,16 @@ def plan_json(*args: str) -> dict[str, Any]:
 def plan_offline(model_dir: Path, max_model_len: int, kv_gib: int, *flags: str) -> dict[str, Any]:
     """The planner's prediction from config.json, the KV bytes and vLLM flags (no server)."""
     return plan_json(
-        "--model", str(model_dir),
-        "--kv-cache-memory-bytes", str(kv_gib << 30),
-        "--max-model-len", str(max_model_len),
-        "--platform", "cpu",
+        "--model",
+        str(model_dir),
+        "--kv-cache-memory-bytes",
+        str(kv_gib << 30),
+        "--max-model-len",
+        str(max_model_len),
+        "--platform",
+        "cpu",
         *flags,
-    )  # fmt: skip
+    )
 
 
 def assert_planner_agrees(

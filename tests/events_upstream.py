@@ -17,12 +17,15 @@ from stand_in_http import json_response, serve
 MODELS = b'{"object": "list", "data": [{"id": "events", "object": "model"}]}'
 ANSWER = json.dumps(
     {
-        "id": "c", "object": "chat.completion", "model": "events",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "a"},
-                     "finish_reason": "stop"}],
+        "id": "c",
+        "object": "chat.completion",
+        "model": "events",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "a"}, "finish_reason": "stop"}
+        ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
     }
-).encode()  # fmt: skip
+).encode()
 
 
 class State:
@@ -67,8 +70,11 @@ async def _answer(state: State, path: bytes, body: bytes) -> bytes:
 
 
 def main(port: int, pub_port: int) -> None:
-    config = {"enable_kv_cache_events": True, "publisher": "zmq",
-              "endpoint": f"tcp://127.0.0.1:{pub_port}"}  # fmt: skip
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://127.0.0.1:{pub_port}",
+    }
     state = State(json.dumps({"0": config}).encode())
 
     async def answer(_: bytes, path: bytes, body: bytes, writer: asyncio.StreamWriter) -> None:

@@ -41,10 +41,13 @@ def events_server_args(base: Sequence[str]) -> tuple[str, ...]:
     }
     return (
         *base,
-        "--block-size", str(BLOCK_SIZE),
-        "--num-gpu-blocks-override", str(KV_BLOCKS),
-        "--kv-events-config", orjson.dumps(config).decode(),
-    )  # fmt: skip
+        "--block-size",
+        str(BLOCK_SIZE),
+        "--num-gpu-blocks-override",
+        str(KV_BLOCKS),
+        "--kv-events-config",
+        orjson.dumps(config).decode(),
+    )
 
 
 def plan_for_events(server: VllmServer, root: Path) -> Path:
@@ -58,10 +61,19 @@ def plan_for_events(server: VllmServer, root: Path) -> Path:
     )
     out = root / "plan.json"
     done = run_cli(
-        "plan", "--server", server.base_url,
-        "--platform", "cpu", "--index", str(index_dir), "--log", str(EN_SAMPLE.queries),
-        "-o", str(out), timeout=900,
-    )  # fmt: skip
+        "plan",
+        "--server",
+        server.base_url,
+        "--platform",
+        "cpu",
+        "--index",
+        str(index_dir),
+        "--log",
+        str(EN_SAMPLE.queries),
+        "-o",
+        str(out),
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr
     return out
 

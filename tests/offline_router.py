@@ -41,9 +41,14 @@ def _build_offline_plan(root: Path, tokenizer_dir: Path, max_model_len: int) -> 
     build_index(CORPUS, root / "index", IndexOptions(dense=False), LocalTokenizer(tokenizer_dir))
     out = root / "plan.json"
     done = run_cli(
-        "plan", "--index", str(root / "index"), "--max-model-len", str(max_model_len),
-        "-o", str(out),
-    )  # fmt: skip
+        "plan",
+        "--index",
+        str(root / "index"),
+        "--max-model-len",
+        str(max_model_len),
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     return out
 

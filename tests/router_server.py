@@ -31,12 +31,21 @@ class RouterProcess(ManagedServer):
         port = free_port()
         self.query_log = log_dir / f"router-{port}-queries.jsonl"
         command = [
-            sys.executable, "-m", "residency", "serve",
-            "--plan", str(plan), "--port", str(port), "--log", str(self.query_log),
-            "--health-interval", "1",
+            sys.executable,
+            "-m",
+            "residency",
+            "serve",
+            "--plan",
+            str(plan),
+            "--port",
+            str(port),
+            "--log",
+            str(self.query_log),
+            "--health-interval",
+            "1",
             *(a for u in upstreams for a in ("--upstream", u)),
             *extra_args,
-        ]  # fmt: skip
+        ]
         super().__init__(
             "router",
             command,

@@ -246,8 +246,15 @@ def kv_shaping(args: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def test_kv_shaping_drops_flags_and_their_values() -> None:
-    args = ("--enforce-eager", "--structured-outputs-config", '{"a": 1}', "--block-size", "16",
-            "--structured-outputs-config={}", "--enable-prefix-caching")  # fmt: skip
+    args = (
+        "--enforce-eager",
+        "--structured-outputs-config",
+        '{"a": 1}',
+        "--block-size",
+        "16",
+        "--structured-outputs-config={}",
+        "--enable-prefix-caching",
+    )
     assert kv_shaping(args) == ("--block-size", "16", "--enable-prefix-caching")
 
 

@@ -81,8 +81,9 @@ def test_blocks_cached_before_tracking_are_learned_from_a_full_report() -> None:
 def test_two_prefixes_sharing_a_head_share_its_blocks() -> None:
     index = BlockIndex()
     head = list(range(8))
-    index.set_prefixes([Chain("p0", (*head, 100, 101, 102, 103, 9)),
-                        Chain("p1", (*head, 200, 201, 202, 203, 9))])  # fmt: skip
+    index.set_prefixes(
+        [Chain("p0", (*head, 100, 101, 102, 103, 9)), Chain("p1", (*head, 200, 201, 202, 203, 9))]
+    )
     index.apply([stored(["h0", "h1", "x"], None, [*head, 100, 101, 102, 103])])
     index.apply([stored(["y"], "h1", [200, 201, 202, 203])])
     assert index.whole("p0")
@@ -113,8 +114,9 @@ def test_a_state_group_checkpoint_counts_but_does_not_teach_the_chain() -> None:
     # so its event holds 1 hash for 8 tokens; removing it loses the prefix's hits.
     index = BlockIndex()
     index.set_prefixes([Chain("p0", tuple(range(9)))])
-    index.apply([stored(["a", "b"], None, range(8), group=0),
-                 stored(["b"], None, range(8), group=1)])  # fmt: skip
+    index.apply(
+        [stored(["a", "b"], None, range(8), group=0), stored(["b"], None, range(8), group=1)]
+    )
     assert index.whole("p0")
     change = index.apply([removed(["b"], group=1)])
     assert change.evicted == ("p0",)

@@ -58,8 +58,9 @@ def indexes(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) 
     random.Random(7).shuffle(meta["ids"])
     meta_path.write_bytes(orjson.dumps(meta))
     out = {"good": good, "broken": broken, "plan-good": root / "plan-good.json"}
-    done = run_cli("plan", "--index", str(good), "--max-model-len", "8192", "-o",
-                   str(out["plan-good"]))  # fmt: skip
+    done = run_cli(
+        "plan", "--index", str(good), "--max-model-len", "8192", "-o", str(out["plan-good"])
+    )
     assert done.returncode == 0, done.stderr
     data = orjson.loads(out["plan-good"].read_bytes())
     out["plan-broken"] = root / "plan-broken.json"
@@ -108,8 +109,17 @@ def test_recall_ok_flips_on_a_broken_index_within_one_period_and_back(
 ) -> None:
     plan = tmp_path / "plan.json"
     plan.write_bytes(indexes["plan-good"].read_bytes())
-    args = ("--no-warm", "--retriever", "bm25", "--canary", str(EN_SAMPLE.questions),
-            "--canary-every", str(PERIOD_S), "--min-recall", "R@10=0.60")  # fmt: skip
+    args = (
+        "--no-warm",
+        "--retriever",
+        "bm25",
+        "--canary",
+        str(EN_SAMPLE.questions),
+        "--canary-every",
+        str(PERIOD_S),
+        "--min-recall",
+        "R@10=0.60",
+    )
     with RouterProcess(plan, [dead_upstream], tmp_path, args).start(require_healthy=False) as r:
         wait_for(lambda: sample(r, "residency_recall_ok") == 1, "the first canary run, above")
         assert sample(r, "residency_recall_set_questions") == 65
@@ -138,8 +148,10 @@ def test_recall_ok_flips_on_a_broken_index_within_one_period_and_back(
         plan.write_bytes(indexes["plan-good"].read_bytes())
         os.kill(r.pid or 0, signal.SIGHUP)
         wait_for(lambda: sample(r, "residency_recall_ok") == 1, "recall_ok back to 1")
-    print(f"\nrecall canary: R@10 {good:.3f} -> {broken:.3f}; recall_ok 0 {flip_s:.1f} s after "
-          f"SIGHUP (period {PERIOD_S} s)")  # fmt: skip
+    print(
+        f"\nrecall canary: R@10 {good:.3f} -> {broken:.3f}; recall_ok 0 {flip_s:.1f} s after "
+        f"SIGHUP (period {PERIOD_S} s)"
+    )
 
 
 def test_a_huge_labelled_set_is_refused_by_its_size_in_one_line(tmp_path: Path) -> None:

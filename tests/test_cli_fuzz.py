@@ -87,9 +87,19 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     config.write_text(json.dumps(MODEL_CONFIG))
     plan = root / "plan.json"
     done = cli(
-        "plan", "--model", str(config), *PLAN_FLAGS, "--index", str(index),
-        "--log", str(EN_SAMPLE.queries), "--prefixes", "1", "-o", str(plan),
-    )  # fmt: skip
+        "plan",
+        "--model",
+        str(config),
+        *PLAN_FLAGS,
+        "--index",
+        str(index),
+        "--log",
+        str(EN_SAMPLE.queries),
+        "--prefixes",
+        "1",
+        "-o",
+        str(plan),
+    )
     assert done.returncode == 0, done.stderr
     return {"index": index, "config": config, "plan": plan, "root": root}
 
@@ -151,9 +161,17 @@ def test_a_damaged_index_is_one_line_naming_what_to_rebuild(
     out = tmp_path / "plan.json"
     out.write_text("previous\n")
     done = cli(
-        "plan", "--model", str(good["config"]), *PLAN_FLAGS, "--index", str(index),
-        "--log", str(EN_SAMPLE.queries), "-o", str(out),
-    )  # fmt: skip
+        "plan",
+        "--model",
+        str(good["config"]),
+        *PLAN_FLAGS,
+        "--index",
+        str(index),
+        "--log",
+        str(EN_SAMPLE.queries),
+        "-o",
+        str(out),
+    )
     line = assert_one_line(done, str(index))
     assert "rebuild" in line or "residency index" in line, line
     assert out.read_text() == "previous\n"  # the previous plan is intact
@@ -162,9 +180,17 @@ def test_a_damaged_index_is_one_line_naming_what_to_rebuild(
     )
     assert_one_line(retrieval, str(index))
     serve = cli(
-        "serve", "--plan", str(good["plan"]), "--index", str(index), "--port", "0", "--no-log",
-        "--retriever", "bm25",
-    )  # fmt: skip
+        "serve",
+        "--plan",
+        str(good["plan"]),
+        "--index",
+        str(index),
+        "--port",
+        "0",
+        "--no-log",
+        "--retriever",
+        "bm25",
+    )
     assert_one_line(serve, str(index))
 
 
@@ -186,9 +212,17 @@ def test_a_damaged_questions_or_log_file_is_one_line(
         log.write_bytes(log.read_bytes().rstrip(b"\n")[:-7] + b"\n")
     out = tmp_path / "plan.json"
     done = cli(
-        "plan", "--model", str(good["config"]), *PLAN_FLAGS, "--index", str(good["index"]),
-        "--log", str(log), "-o", str(out),
-    )  # fmt: skip
+        "plan",
+        "--model",
+        str(good["config"]),
+        *PLAN_FLAGS,
+        "--index",
+        str(good["index"]),
+        "--log",
+        str(log),
+        "-o",
+        str(out),
+    )
     if how in ("empty", "torn"):
         # An empty log has no questions yet (density-only planning); a torn last line is what a
         # router killed mid-write leaves: skipped, said in a warning, the rest planned.
@@ -234,18 +268,34 @@ def test_plan_stores_the_index_absolute_and_serve_reads_it_from_anywhere(
 ) -> None:
     # Planned with a relative --index from the index's parent, read from another directory.
     done = subprocess_cli(
-        "plan", "--model", str(good["config"]), *PLAN_FLAGS, "--index", "index",
-        "--log", str(EN_SAMPLE.queries), "--prefixes", "1", "-o", str(tmp_path / "plan.json"),
+        "plan",
+        "--model",
+        str(good["config"]),
+        *PLAN_FLAGS,
+        "--index",
+        "index",
+        "--log",
+        str(EN_SAMPLE.queries),
+        "--prefixes",
+        "1",
+        "-o",
+        str(tmp_path / "plan.json"),
         cwd=good["root"],
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     recorded = json.loads((tmp_path / "plan.json").read_text())["index_dir"]
     assert Path(recorded).is_absolute()
     assert Path(recorded) == good["index"].resolve()
     coverage = subprocess_cli(
-        "eval", "coverage", "--plan", str(tmp_path / "plan.json"),
-        "--questions", str(EN_SAMPLE.questions), "--json", cwd=tmp_path,
-    )  # fmt: skip
+        "eval",
+        "coverage",
+        "--plan",
+        str(tmp_path / "plan.json"),
+        "--questions",
+        str(EN_SAMPLE.questions),
+        "--json",
+        cwd=tmp_path,
+    )
     assert coverage.returncode == 0, coverage.stderr
 
 

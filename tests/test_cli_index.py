@@ -67,13 +67,16 @@ def test_index_prints_a_summary_and_lists_skipped_inputs(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("extra", "fragment"),
     [
-        pytest.param(["--chunk-overlap", "300"], "--chunk-overlap 300 must be smaller than "
-                     "--chunk-chars 256", id="overlap"),
+        pytest.param(
+            ["--chunk-overlap", "300"],
+            "--chunk-overlap 300 must be smaller than --chunk-chars 256",
+            id="overlap",
+        ),
         pytest.param(["--sparse-tokenizer", "mecab"], "unknown tokenizer 'mecab'", id="tokenizer"),
         pytest.param(["--strict"], "--strict: 1 input(s) would be skipped", id="strict"),
         pytest.param(["--tokenizer-dir", "."], "no tokenizer.json", id="tokenizer-dir"),
     ],
-)  # fmt: skip
+)
 def test_index_errors_are_one_line_and_write_nothing(
     tmp_path: Path, extra: list[str], fragment: str
 ) -> None:
@@ -178,8 +181,15 @@ def test_jsquad_import_index_eval_end_to_end_bm25(tmp_path: Path) -> None:
     assert run_cli("corpus", "import-squad", str(JSQUAD), str(out)).returncode == 0
     built = run_cli("index", str(out), "-o", str(tmp_path / "idx"), "--no-dense")
     assert built.returncode == 0, built.stderr
-    ev = run_cli("eval", "retrieval", "--index", str(tmp_path / "idx"),
-                 "--questions", str(tmp_path / "jsquad.qa.jsonl"), "--json")  # fmt: skip
+    ev = run_cli(
+        "eval",
+        "retrieval",
+        "--index",
+        str(tmp_path / "idx"),
+        "--questions",
+        str(tmp_path / "jsquad.qa.jsonl"),
+        "--json",
+    )
     assert ev.returncode == 0, ev.stderr
     report = json.loads(ev.stdout)
     assert report["evaluated"] == 4442
@@ -195,11 +205,27 @@ def test_index_counts_tokens_with_a_running_vllm(
     tmp_path: Path, vllm_dense_server: VllmServer, dense_model_dir: Path
 ) -> None:
     corpus = tiny_corpus(tmp_path / "docs")
-    by_server = run_cli("index", str(corpus), "-o", str(tmp_path / "a"), "--no-dense",
-                        "--server", vllm_dense_server.base_url, "--json")  # fmt: skip
+    by_server = run_cli(
+        "index",
+        str(corpus),
+        "-o",
+        str(tmp_path / "a"),
+        "--no-dense",
+        "--server",
+        vllm_dense_server.base_url,
+        "--json",
+    )
     assert by_server.returncode == 0, by_server.stderr
-    local = run_cli("index", str(corpus), "-o", str(tmp_path / "b"), "--no-dense",
-                    "--tokenizer-dir", str(dense_model_dir), "--json")  # fmt: skip
+    local = run_cli(
+        "index",
+        str(corpus),
+        "-o",
+        str(tmp_path / "b"),
+        "--no-dense",
+        "--tokenizer-dir",
+        str(dense_model_dir),
+        "--json",
+    )
     assert local.returncode == 0, local.stderr
     a, b = read_manifest(tmp_path / "a"), read_manifest(tmp_path / "b")
     assert (a.token_count.method, b.token_count.method) == ("server", "tokenizer")

@@ -61,8 +61,17 @@ def _leaf(param: str) -> object:
 def test_nested_fields_become_options_with_the_sections_spellings_and_panel() -> None:
     params = [leaf.param for leaf in SPEC.leaves]
     # A leaf is named after its long flag: --share holds inner.ratio, --at holds extra.where.
-    assert params == ["depth", "share", "at", "secret_key", "lengths", "tags", "weights",
-                      "mode", "verbose"]  # fmt: skip
+    assert params == [
+        "depth",
+        "share",
+        "at",
+        "secret_key",
+        "lengths",
+        "tags",
+        "weights",
+        "mode",
+        "verbose",
+    ]
     ratio = _leaf("share")
     assert ratio.flag.decls == ("--share", "-r")  # type: ignore[attr-defined]
     assert ratio.flag.panel == "Inner"  # type: ignore[attr-defined]
@@ -71,8 +80,15 @@ def test_nested_fields_become_options_with_the_sections_spellings_and_panel() ->
 
 
 def test_values_come_back_as_the_model() -> None:
-    given = {"depth": 4, "share": 1.0, "lengths": "5, 6,7", "tags": ["x", "y"],
-             "weights": ["dense=0.3"], "mode": "b", "verbose": True}  # fmt: skip
+    given = {
+        "depth": 4,
+        "share": 1.0,
+        "lengths": "5, 6,7",
+        "tags": ["x", "y"],
+        "weights": ["dense=0.3"],
+        "mode": "b",
+        "verbose": True,
+    }
     args = build(SPEC, given)
     assert args == _Args(
         inner=_Inner(depth=4, ratio=1.0),

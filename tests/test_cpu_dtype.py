@@ -71,9 +71,11 @@ def test_a_given_dtype_wins_over_the_cpu(tmp_path: Path, flag: str, cpuinfo: str
 
 @pytest.mark.parametrize(
     ("cpuinfo", "said"),
-    [pytest.param(XEON_AMX, "native here", id="xeon-amx"),
-     pytest.param(EPYC_AVX2, "emulated on this CPU", id="epyc-avx2")],
-)  # fmt: skip
+    [
+        pytest.param(XEON_AMX, "native here", id="xeon-amx"),
+        pytest.param(EPYC_AVX2, "emulated on this CPU", id="epyc-avx2"),
+    ],
+)
 def test_a_hybrid_model_runs_bfloat16_on_every_cpu(tmp_path: Path, cpuinfo: str, said: str) -> None:
     # vLLM's CPU GDN kernel asserts bfloat16: a float32 hybrid server dies on its first request.
     proc = _proc(tmp_path / "proc", cpuinfo)

@@ -53,8 +53,14 @@ def test_promtool_accepts_the_alerting_rules() -> None:
 
 def test_the_dashboard_covers_what_the_issue_asks_for() -> None:
     titles = " | ".join(p["title"] for p in json.loads(DASHBOARD.read_text("utf-8"))["panels"])
-    for words in ("residency", "Hit rate per route", "TTFT saved", "Evictions and re-warms",
-                  "Recall canary", "Upstream"):  # fmt: skip
+    for words in (
+        "residency",
+        "Hit rate per route",
+        "TTFT saved",
+        "Evictions and re-warms",
+        "Recall canary",
+        "Upstream",
+    ):
         assert words.lower() in titles.lower(), words
     assert len(dashboard_exprs()) >= 15
 
@@ -67,9 +73,12 @@ def live_router(
     recall canary on the sample's labelled questions."""
     root = tmp_path_factory.mktemp("deploy")
     build_index(
-        JA_SAMPLE.docs, root / "index", IndexOptions(dense=False),
-        LocalTokenizer(tiny_tokenizer_dir), None,
-    )  # fmt: skip
+        JA_SAMPLE.docs,
+        root / "index",
+        IndexOptions(dense=False),
+        LocalTokenizer(tiny_tokenizer_dir),
+        None,
+    )
     plan = root / "plan.json"
     done = run_cli(
         "plan", "--index", str(root / "index"), "--max-model-len", "8192", "-o", str(plan)
@@ -77,8 +86,15 @@ def live_router(
     assert done.returncode == 0, done.stderr
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        args = ("--no-warm", "--retriever", "bm25", "--canary", str(JA_SAMPLE.questions),
-                "--replan-every", "3600")  # fmt: skip
+        args = (
+            "--no-warm",
+            "--retriever",
+            "bm25",
+            "--canary",
+            str(JA_SAMPLE.questions),
+            "--replan-every",
+            "3600",
+        )
         upstream = f"http://127.0.0.1:{s.getsockname()[1]}"
         with RouterProcess(plan, [upstream], root, args).start(require_healthy=False) as router:
             yield router

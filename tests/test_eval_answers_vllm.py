@@ -101,14 +101,20 @@ def test_rag_and_whole_graded_with_schema_output(
 ) -> None:
     records_path = tmp_path / "records.jsonl"
     code, out = run_cli(
-        "--questions", str(questions),
-        "--index", str(small_index),
-        "--generator", judge_server.base_url,
-        "--judge", judge_server.base_url,
-        "--max-tokens", MAX_TOKENS,
-        "--records", str(records_path),
+        "--questions",
+        str(questions),
+        "--index",
+        str(small_index),
+        "--generator",
+        judge_server.base_url,
+        "--judge",
+        judge_server.base_url,
+        "--max-tokens",
+        MAX_TOKENS,
+        "--records",
+        str(records_path),
         "--json",
-    )  # fmt: skip
+    )
     assert code == 0, out
     report = AnswerEvalReport.model_validate(orjson.loads(out))
     assert [s.strategy for s in report.strategies] == ["echo", "rag-top3", "whole"]
@@ -179,15 +185,23 @@ def test_unparsable_verdicts_are_judge_errors_not_zeros(
 ) -> None:
     # 5 tokens cannot hold '{"score":0,"abstained":false}' (~25): truncated real output.
     code, out = run_cli(
-        "--questions", str(questions),
-        "--index", str(small_index),
-        "--generator", judge_server.base_url,
-        "--judge", judge_server.base_url,
-        "--strategy", "rag",
-        "--max-tokens", MAX_TOKENS,
-        "--judge-max-tokens", "5",
-        "--limit", "2",
-    )  # fmt: skip
+        "--questions",
+        str(questions),
+        "--index",
+        str(small_index),
+        "--generator",
+        judge_server.base_url,
+        "--judge",
+        judge_server.base_url,
+        "--strategy",
+        "rag",
+        "--max-tokens",
+        MAX_TOKENS,
+        "--judge-max-tokens",
+        "5",
+        "--limit",
+        "2",
+    )
     assert code == 0, out
     assert "rag-top3: 2 judge answer(s) could not be used (judge_error)" in out
     assert "truncated at max_tokens" in out
@@ -197,13 +211,18 @@ def test_whole_over_max_model_len_is_skipped_with_one_line(
     judge_server: VllmServer, small_index: Path, questions: Path
 ) -> None:
     code, out = run_cli(
-        "--questions", str(questions),
-        "--index", str(small_index),
-        "--generator", judge_server.base_url,
-        "--strategy", "whole",
-        "--max-tokens", "30000",
+        "--questions",
+        str(questions),
+        "--index",
+        str(small_index),
+        "--generator",
+        judge_server.base_url,
+        "--strategy",
+        "whole",
+        "--max-tokens",
+        "30000",
         "--json",
-    )  # fmt: skip
+    )
     assert code == 0, out
     report = AnswerEvalReport.model_validate(orjson.loads(out))
     (whole,) = report.strategies

@@ -533,10 +533,24 @@ def test_cli_simulation_models_a_host_with_several_prefixes(tmp_path: Path) -> N
     # Window 3,692 - 3,392 reserved = 300 tokens; KV 3,392 (one request's blocks) + 900: three
     # prefixes of a window each, against one for single-prefix.
     out = run_coverage_cli(
-        "--squad", str(squad), "--budget", "260", "--log-size", "200", "--eval-size", "100",
-        "--kv-cache-tokens", "4292", "--max-model-len", "3692", "--k", "4",
-        "--cache-dir", str(tmp_path / "cache"), "--json",
-    )  # fmt: skip
+        "--squad",
+        str(squad),
+        "--budget",
+        "260",
+        "--log-size",
+        "200",
+        "--eval-size",
+        "100",
+        "--kv-cache-tokens",
+        "4292",
+        "--max-model-len",
+        "3692",
+        "--k",
+        "4",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     results = {r["name"]: r for r in json.loads(out.stdout)["results"]}
     assert list(results)[:3] == ["rag-top3", "rag-top4", "rag-top5"]  # RAG at the router's k
@@ -606,10 +620,17 @@ def test_rescued_share_counts_only_rag_top5_misses() -> None:
 
     def row(name: str, mask: tuple[bool, ...]) -> StrategyResult:
         return StrategyResult(
-            name=name, strategy="x", k=5, resident_sections=0, resident_chunks=0,
-            prefix_tokens=0, predicted_resident_share=None, overall=summarize([]), by_type={},
+            name=name,
+            strategy="x",
+            k=5,
+            resident_sections=0,
+            resident_chunks=0,
+            prefix_tokens=0,
+            predicted_resident_share=None,
+            overall=summarize([]),
+            by_type={},
             covered_mask=mask,
-        )  # fmt: skip
+        )
 
     rows = rescued_of_rag(
         [row("rag-top5", (True, False, False, True)), row("residency", (False, True, False, True))]
@@ -652,9 +673,15 @@ def test_prompt_and_uncached_tokens_per_question(index: Index, encoder: LocalTok
 
 def test_cli_server_and_explicit_host_flags_exclude_each_other(tmp_path: Path) -> None:
     out = run_coverage_cli(
-        "--squad", str(tiny_squad(tmp_path / "squad.json")), "--server", "http://127.0.0.1:9",
-        "--kv-cache-tokens", "4292", "--cache-dir", str(tmp_path / "cache"),
-    )  # fmt: skip
+        "--squad",
+        str(tiny_squad(tmp_path / "squad.json")),
+        "--server",
+        "http://127.0.0.1:9",
+        "--kv-cache-tokens",
+        "4292",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     assert out.returncode == 1, out.stderr
     assert out.stderr.strip().splitlines() == [
         "error: --server http://127.0.0.1:9 describes the host: drop --kv-cache-tokens and "
@@ -676,10 +703,18 @@ def test_cli_simulation_models_the_host_of_a_running_server(
     assert tokens is not None
     assert length is not None
     common = (
-        "--squad", str(tiny_squad(tmp_path / "squad.json")), "--budget", "260",
-        "--log-size", "200", "--eval-size", "100", "--cache-dir", str(tmp_path / "cache"),
+        "--squad",
+        str(tiny_squad(tmp_path / "squad.json")),
+        "--budget",
+        "260",
+        "--log-size",
+        "200",
+        "--eval-size",
+        "100",
+        "--cache-dir",
+        str(tmp_path / "cache"),
         "--json",
-    )  # fmt: skip
+    )
     served = run_coverage_cli(*common, "--server", url)
     by_hand = run_coverage_cli(
         *common, "--kv-cache-tokens", str(tokens), "--max-model-len", str(length)
@@ -696,10 +731,23 @@ def test_cli_tables_keep_every_strategy_name_whole_at_80_columns(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     out = run_coverage_cli(
-        "--squad", str(tiny_squad(tmp_path / "squad.json")), "--budget", "260",
-        "--log-size", "200", "--eval-size", "100", "--kv-cache-tokens", "4292",
-        "--max-model-len", "3692", "--seeds", "2", "--cache-dir", str(tmp_path / "cache"),
-    )  # fmt: skip
+        "--squad",
+        str(tiny_squad(tmp_path / "squad.json")),
+        "--budget",
+        "260",
+        "--log-size",
+        "200",
+        "--eval-size",
+        "100",
+        "--kv-cache-tokens",
+        "4292",
+        "--max-model-len",
+        "3692",
+        "--seeds",
+        "2",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+    )
     assert out.returncode == 0, out.stderr
     names = ("rag-top3", "rag-top5", "planner", "single-prefix", "residency")
     for title in ("Coverage", "Routing and prompt tokens", "Across 2 traffic seeds", "Tokens"):
@@ -791,10 +839,16 @@ def test_eval_and_router_pin_the_same_dated_sections(
 
     today = dt.date(2025, 6, 15)
     capacity = CapacitySnapshot(
-        model="tiny", host="test", max_model_len=230, kv_cache_tokens=230, block_size=16,
-        is_hybrid=False, resident_budget_tokens=230, binding_constraint="max_model_len",
+        model="tiny",
+        host="test",
+        max_model_len=230,
+        kv_cache_tokens=230,
+        block_size=16,
+        is_hybrid=False,
+        resident_budget_tokens=230,
+        binding_constraint="max_model_len",
         reasoning="test",
-    )  # fmt: skip
+    )
     log = [LogEntry(query="fog signal sounded falsely horn reset", count=9)]
     plan = build_plan(dated_index, log_mass(dated_index, log), capacity, encoder, PlanOptions())
     assert "note-mar-04::c1" in plan.resident_chunk_ids()  # one dated note is resident

@@ -182,14 +182,36 @@ def test_cli_eval_appends_history_and_enforces_budgets(
 ) -> None:
     index, qa = bm25_index
     history = tmp_path / "hist.jsonl"
-    ok = run_cli("eval", "retrieval", "--index", str(index), "--questions", str(qa),
-                 "--history", str(history), "--min-recall", "R@10=0.5", "--json")  # fmt: skip
+    ok = run_cli(
+        "eval",
+        "retrieval",
+        "--index",
+        str(index),
+        "--questions",
+        str(qa),
+        "--history",
+        str(history),
+        "--min-recall",
+        "R@10=0.5",
+        "--json",
+    )
     assert ok.returncode == 0, ok.stderr
     report = json.loads(ok.stdout)
     assert report["retrievers"]["hybrid"]["overall"]["recall_at_10"] == 0.75
-    missed = run_cli("eval", "retrieval", "--index", str(index), "--questions", str(qa),
-                     "--history", str(history), "--min-recall", "R@10=0.9",
-                     "--min-recall", "MRR@10=0.1")  # fmt: skip
+    missed = run_cli(
+        "eval",
+        "retrieval",
+        "--index",
+        str(index),
+        "--questions",
+        str(qa),
+        "--history",
+        str(history),
+        "--min-recall",
+        "R@10=0.9",
+        "--min-recall",
+        "MRR@10=0.1",
+    )
     assert missed.returncode == 2
     assert "budget missed: hybrid R@10 = 0.7500 < 0.90 (--min-recall R@10=0.9)" in missed.stderr
     assert "MRR@10" not in missed.stderr  # that one passed
@@ -206,8 +228,9 @@ def test_cli_eval_default_history_lives_in_the_index(
     bm25_index: tuple[Path, Path], tmp_path: Path
 ) -> None:
     index, qa = bm25_index
-    out = run_cli("eval", "retrieval", "--index", str(index), "--questions", str(qa),
-                  "--weight", "bm25=1")  # fmt: skip
+    out = run_cli(
+        "eval", "retrieval", "--index", str(index), "--questions", str(qa), "--weight", "bm25=1"
+    )
     assert out.returncode == 0, out.stderr
     assert (index / "eval-history.jsonl").is_file()
     assert "weights bm25 1" in out.stdout

@@ -27,13 +27,13 @@ from router_server import RouterProcess
 from vllm_pool import ServerSpec, VllmServerPool
 from vllm_server import REPO_ROOT, VllmServer
 
+from residency.context.builder import ContextBuilder
+from residency.context.headers import PREFIX_HEADER
+from residency.context.settings import ContextSettings
 from residency.index import IndexOptions, build_index, open_index
 from residency.launcher import ManagedServer, free_port
 from residency.planning.plan_model import ResidencyPlan, read_plan
 from residency.query_log import read_query_log
-from residency.serve.context import ContextBuilder
-from residency.serve.headers import PREFIX_HEADER
-from residency.serve.settings import ServeSettings
 from residency.tokenizer import LocalTokenizer
 
 pytestmark = pytest.mark.vllm
@@ -120,7 +120,7 @@ def fleet(
 
 def questions_by_prefix(plan: ResidencyPlan, plan_path: Path, index_dir: Path) -> dict[str, str]:
     """One logged question per prefix that a question is routed to on the resident route."""
-    settings = ServeSettings(plan=plan_path, upstreams=("x",), log=None, retriever="bm25")
+    settings = ContextSettings(retriever="bm25")
     builder = ContextBuilder(plan, open_index(index_dir), settings)
     questions: dict[str, str] = {}
     for entry in read_query_log(SAMPLE / "queries.jsonl").entries:

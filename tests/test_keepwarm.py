@@ -103,8 +103,10 @@ async def _reload() -> None:
         assert keep.age(up, "p1") == 208
         # The new plan keeps p1's text (same hash) under the id p0 and has a new prefix p1.
         served[0] = KeepWarmPolicy(
-            hashes={"p0": "h1", "p1": "h9"}, texts={"p0": "one", "p1": "new"},
-            expected={"p0": 64, "p1": 64}, threshold_tokens=None,
-        )  # fmt: skip
+            hashes={"p0": "h1", "p1": "h9"},
+            texts={"p0": "one", "p1": "new"},
+            expected={"p0": 64, "p1": 64},
+            threshold_tokens=None,
+        )
         keep.observe(up, "p1", Usage(prompt_tokens=100, cached_tokens=64, completion_tokens=0))
         assert (keep.age(up, "p0"), keep.age(up, "p1")) == (244, 0)  # h1 kept its age

@@ -35,19 +35,30 @@ def _vllm_batch(ts: float) -> object:
         ts=ts,
         events=[
             kv.BlockStored(
-                block_hashes=[H1, H2], parent_block_hash=None, token_ids=list(range(32)),
-                block_size=16, lora_id=None, medium="GPU", lora_name=None, group_idx=0,
+                block_hashes=[H1, H2],
+                parent_block_hash=None,
+                token_ids=list(range(32)),
+                block_size=16,
+                lora_id=None,
+                medium="GPU",
+                lora_name=None,
+                group_idx=0,
             ),
             kv.BlockStored(
-                block_hashes=[H3], parent_block_hash=H2, token_ids=list(range(32, 48)),
-                block_size=16, lora_id=None, medium="GPU", lora_name=None,
+                block_hashes=[H3],
+                parent_block_hash=H2,
+                token_ids=list(range(32, 48)),
+                block_size=16,
+                lora_id=None,
+                medium="GPU",
+                lora_name=None,
                 extra_keys=[("salt",)],
             ),
             kv.BlockRemoved(block_hashes=[H1], medium="GPU", group_idx=1),
             kv.AllBlocksCleared(),
         ],
         data_parallel_rank=0,
-    )  # fmt: skip
+    )
 
 
 def test_a_batch_vllm_encodes_decodes_field_for_field() -> None:
@@ -85,11 +96,14 @@ def test_what_is_not_a_batch_is_refused(payload: bytes) -> None:
 def test_kv_event_sources_become_addresses_to_connect_to() -> None:
     answer = {
         "0": {
-            "enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://*:5557",
-            "replay_endpoint": "tcp://*:5558", "topic": "kv",
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": "tcp://*:5557",
+            "replay_endpoint": "tcp://*:5558",
+            "topic": "kv",
         },
         "1": {"enable_kv_cache_events": False, "publisher": "null", "endpoint": "tcp://*:5559"},
-    }  # fmt: skip
+    }
     assert sources_from(answer, "http://10.1.2.3:8000") == [
         EventSource("tcp://10.1.2.3:5557", "tcp://10.1.2.3:5558", "kv")
     ]

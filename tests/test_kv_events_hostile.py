@@ -31,14 +31,24 @@ H = b"\x01" * 32
 
 
 def good(ts: float = 1.0) -> bytes:
-    event = {"type": "BlockStored", "block_hashes": [H], "parent_block_hash": None,
-             "token_ids": list(range(16)), "block_size": 16, "group_idx": 0}  # fmt: skip
+    event = {
+        "type": "BlockStored",
+        "block_hashes": [H],
+        "parent_block_hash": None,
+        "token_ids": list(range(16)),
+        "block_size": 16,
+        "group_idx": 0,
+    }
     return msgspec.msgpack.encode([ts, [event], 0])
 
 
 def stored(**fields: Any) -> bytes:
-    event = {"type": "BlockStored", "block_hashes": [H], "token_ids": list(range(16)),
-             "block_size": 16} | fields  # fmt: skip
+    event = {
+        "type": "BlockStored",
+        "block_hashes": [H],
+        "token_ids": list(range(16)),
+        "block_size": 16,
+    } | fields
     return msgspec.msgpack.encode([1.0, [event], 0])
 
 
@@ -189,8 +199,19 @@ def _random_value(rng: random.Random, depth: int = 0) -> Any:
         return rng.choice(["BlockStored", "BlockRemoved", "AllBlocksCleared", "", "x" * 40])
     if kind == 6:
         return [_random_value(rng, depth + 1) for _ in range(rng.randrange(5))]
-    keys = ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size",
-            "group_idx", "medium", "extra_keys", "lora_id", "lora_name", 7]  # fmt: skip
+    keys = [
+        "type",
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "group_idx",
+        "medium",
+        "extra_keys",
+        "lora_id",
+        "lora_name",
+        7,
+    ]
     return {rng.choice(keys): _random_value(rng, depth + 1) for _ in range(rng.randrange(6))}
 
 
@@ -245,8 +266,9 @@ def test_a_fuzzed_stream_of_ten_thousand_batches_ends_no_subscription() -> None:
         sub = KvEventSubscriber(pub.source, apply, lambda: None, on_bad=kinds.append)
         task = asyncio.create_task(sub.run())
         try:
-            await _until(lambda: bool(got), "the subscriber to join",
-                         lambda: pub.send(seq(0), good(0.5)))  # fmt: skip
+            await _until(
+                lambda: bool(got), "the subscriber to join", lambda: pub.send(seq(0), good(0.5))
+            )
             for n, payload in enumerate(fuzz_batches(10_000), start=1):
                 pub.send(seq(n), payload)
                 if n % 200 == 0:

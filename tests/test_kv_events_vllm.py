@@ -43,8 +43,12 @@ def test_an_evicted_prefix_is_rewarmed_from_the_events_and_found_cached(
     prefixes = len(plan.all_prefixes())
     words = filler_words(events_server, DIRECT_TOKENS)
     httpx.post(f"{events_server.base_url}/reset_prefix_cache", timeout=60)
-    with RouterProcess(events_plan, [events_server.base_url], tmp_path, ("--retriever", "bm25",
-                       "--rewarm-interval", "0.5")) as router:  # fmt: skip
+    with RouterProcess(
+        events_plan,
+        [events_server.base_url],
+        tmp_path,
+        ("--retriever", "bm25", "--rewarm-interval", "0.5"),
+    ) as router:
         wait_for(lambda: events_ready(router, prefixes), "every prefix whole from the events")
         assert "residency from vLLM's KV events" in router.log_text()
         ask(router, questions(1)[0])
@@ -55,10 +59,14 @@ def test_an_evicted_prefix_is_rewarmed_from_the_events_and_found_cached(
             direct(events_server, n, words)
             n += 1
         wait_for(
-            lambda: metric(router, "residency_router_prefix_rewarms_total", reason="evicted",
-                           result="ok") >= 1,
+            lambda: (
+                metric(
+                    router, "residency_router_prefix_rewarms_total", reason="evicted", result="ok"
+                )
+                >= 1
+            ),
             "a re-warm after the eviction",
-        )  # fmt: skip
+        )
         wait_for(lambda: events_ready(router, prefixes), "every prefix whole again")
         for question in questions(8):
             ask(router, question)

@@ -53,12 +53,20 @@ class Publisher:
 def setup(tmp_path: Path, tiny_tokenizer_dir: Path) -> Iterator[tuple[RouterProcess, str, Any]]:
     pub = Publisher()
     http_port = free_port()
-    up = subprocess.Popen([sys.executable, str(TESTS / "events_upstream.py"), str(http_port),
-                           str(pub.port)])  # fmt: skip
+    up = subprocess.Popen(
+        [sys.executable, str(TESTS / "events_upstream.py"), str(http_port), str(pub.port)]
+    )
     url = f"http://127.0.0.1:{http_port}"
     plan = offline_plan(tmp_path, tiny_tokenizer_dir)
-    args = ("--no-warm", "--retriever", "bm25", "--rewarm-interval", str(INTERVAL_S),
-            "--rewarm-wait", "1")  # fmt: skip
+    args = (
+        "--no-warm",
+        "--retriever",
+        "bm25",
+        "--rewarm-interval",
+        str(INTERVAL_S),
+        "--rewarm-wait",
+        "1",
+    )
     try:
         wait_for(lambda: _answers(url), "the stand-in upstream", proc=up)
         with RouterProcess(plan, [url], tmp_path, args).start() as router:

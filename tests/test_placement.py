@@ -17,9 +17,9 @@ from residency.planning.fleet import fleet_capacity, plan_fleet, room_tokens
 from residency.planning.multi import build_prefix_plan
 from residency.planning.placement import PrefixDemand, ReplicaRoom, place_prefixes
 from residency.planning.plan_model import CapacitySnapshot, ResidencyPlan, read_plan, write_plan
+from residency.planning.replicas import prefix_holders, replica_plan
 from residency.query_log import LogEntry
 from residency.serve.failover import survivor_placement
-from residency.planning.replicas import prefix_holders, replica_plan
 from residency.serve.telemetry import RouterMetrics
 from residency.serve.upstreams import UpstreamPool
 from residency.tokenizer import LocalTokenizer

@@ -97,12 +97,15 @@ def pool_server(vllm_pool: VllmServerPool, hybrid_model_dir: Path) -> Iterator[V
     spec = ServerSpec(
         hybrid_model_dir,
         (
-            *SERVER_ARGS, "--num-gpu-blocks-override", str(POOL_BLOCKS),
-            "--max-num-batched-tokens", str(CHUNK_TOKENS),
+            *SERVER_ARGS,
+            "--num-gpu-blocks-override",
+            str(POOL_BLOCKS),
+            "--max-num-batched-tokens",
+            str(CHUNK_TOKENS),
         ),
         max_model_len=2048,
         name="hybrid-pool",
-    )  # fmt: skip
+    )
     yield vllm_pool.get(spec)
     vllm_pool.release(spec)
 
@@ -160,9 +163,20 @@ def test_four_hybrid_prefixes_warm_and_every_request_finds_its_prefix_cached(
     )
     plan_path = tmp_path / "plan.json"
     done = _cli(
-        "plan", "--server", server.base_url, "--platform", "cpu", "--index", str(index_dir),
-        "--log", str(EN_SAMPLE.queries), "--prefixes", str(PREFIXES), "-o", str(plan_path),
-    )  # fmt: skip
+        "plan",
+        "--server",
+        server.base_url,
+        "--platform",
+        "cpu",
+        "--index",
+        str(index_dir),
+        "--log",
+        str(EN_SAMPLE.queries),
+        "--prefixes",
+        str(PREFIXES),
+        "-o",
+        str(plan_path),
+    )
     assert done.returncode == 0, done.stderr
     assert "hybrid block pool" in done.stdout, done.stdout
     plan = read_plan(plan_path)

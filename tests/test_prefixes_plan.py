@@ -78,9 +78,13 @@ def test_split_budgets_with_a_shared_head_rtx4070() -> None:
     assert max_prefixes(132_021, 29_040, 3_696, 19_008) == 11
     with pytest.raises(InfeasiblePlanError, match=r"at most 11 prefix"):
         split_budgets(
-            12, kv_cache_tokens=132_021, window_tokens=29_040, headroom_tokens=3_696,
-            block_size=528, shared_tokens=19_008,
-        )  # fmt: skip
+            12,
+            kv_cache_tokens=132_021,
+            window_tokens=29_040,
+            headroom_tokens=3_696,
+            block_size=528,
+            shared_tokens=19_008,
+        )
 
 
 def test_too_many_prefixes_name_the_most_that_fit() -> None:

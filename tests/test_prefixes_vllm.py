@@ -47,10 +47,20 @@ def multi_plan(
     index_dir = en_real_index
     out = root / "plan.json"
     done = _cli(
-        "plan", "--server", vllm_real_server.base_url, "--platform", "cpu",
-        "--index", str(index_dir), "--log", str(EN_SAMPLE.queries),
-        "--prefixes", str(PREFIXES), "-o", str(out),
-    )  # fmt: skip
+        "plan",
+        "--server",
+        vllm_real_server.base_url,
+        "--platform",
+        "cpu",
+        "--index",
+        str(index_dir),
+        "--log",
+        str(EN_SAMPLE.queries),
+        "--prefixes",
+        str(PREFIXES),
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     assert "KV cache 46,592 tokens: 4 prefix(es)" in done.stdout
     return out, index_dir
@@ -133,12 +143,22 @@ def test_watch_keeps_every_prefix_and_rewarms_each_after_a_reset(
     with events_path.open("w") as out:
         watch = subprocess.Popen(
             [
-                sys.executable, "-m", "residency", "warm", "--plan", str(plan_path),
-                "--server", vllm_real_server.base_url, "--watch", "--interval", "1", "--json",
+                sys.executable,
+                "-m",
+                "residency",
+                "warm",
+                "--plan",
+                str(plan_path),
+                "--server",
+                vllm_real_server.base_url,
+                "--watch",
+                "--interval",
+                "1",
+                "--json",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        )
     try:
 
         def events() -> list[dict[str, object]]:
@@ -181,9 +201,18 @@ def test_the_shared_head_is_cached_once_for_every_prefix(
     _, index_dir = multi_plan
     out = tmp_path / "plan.json"
     done = _cli(
-        "plan", "--server", vllm_real_server.base_url, "--platform", "cpu",
-        "--index", str(index_dir), "--log", str(EN_SAMPLE.queries), "-o", str(out),
-    )  # fmt: skip
+        "plan",
+        "--server",
+        vllm_real_server.base_url,
+        "--platform",
+        "cpu",
+        "--index",
+        str(index_dir),
+        "--log",
+        str(EN_SAMPLE.queries),
+        "-o",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     plan = read_plan(out)
     a, block = plan.arithmetic, plan.capacity.block_size

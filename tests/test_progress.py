@@ -41,10 +41,20 @@ def test_index_off_a_terminal_logs_its_phases(tmp_path: Path) -> None:
     for n in range(3):
         (corpus / f"doc{n}.md").write_text(f"# Doc {n}\n\nSome text about lights {n}.\n")
     done = subprocess.run(
-        [sys.executable, "-m", "residency", "index", str(corpus), "-o", str(tmp_path / "i"),
-         "--no-dense"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "residency",
+            "index",
+            str(corpus),
+            "-o",
+            str(tmp_path / "i"),
+            "--no-dense",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     # stderr is a pipe here, not a terminal: plain lines, no bar.
     lines = done.stderr.splitlines()

@@ -88,9 +88,14 @@ def test_plan_from_two_routers_logs_records_each_file(tmp_path: Path) -> None:
             ],
         )
     out = run_cli(
-        "plan", "--index", str(tmp_path / "index"),
-        "--log", str(tmp_path / "logs/router-*.jsonl"), "-o", str(tmp_path / "plan.json"),
-    )  # fmt: skip
+        "plan",
+        "--index",
+        str(tmp_path / "index"),
+        "--log",
+        str(tmp_path / "logs/router-*.jsonl"),
+        "-o",
+        str(tmp_path / "plan.json"),
+    )
     assert out.returncode == 0, out.stderr
     assert "from 2 logs (router-a.jsonl 3 lines, router-b.jsonl 2 lines)" in out.stdout
     log = read_plan(tmp_path / "plan.json").log

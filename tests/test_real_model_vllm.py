@@ -156,13 +156,27 @@ def english_plan(
     out = tmp_path_factory.mktemp("real-plan") / "plan.json"
     done = subprocess.run(
         [
-            sys.executable, "-m", "residency", "plan",
-            "--server", vllm_real_server.base_url, "--platform", "cpu",
-            "--index", str(english_index), "--log", str(EN_SAMPLE.queries), "-o", str(out),
-            "--prefixes", "1",
+            sys.executable,
+            "-m",
+            "residency",
+            "plan",
+            "--server",
+            vllm_real_server.base_url,
+            "--platform",
+            "cpu",
+            "--index",
+            str(english_index),
+            "--log",
+            str(EN_SAMPLE.queries),
+            "-o",
+            str(out),
+            "--prefixes",
+            "1",
         ],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -206,16 +220,42 @@ def test_eval_answers_side_by_side_on_the_real_model(
     records_path = tmp_path / "records.jsonl"
     done = subprocess.run(
         [
-            sys.executable, "-m", "residency", "eval", "answers",
-            "--questions", str(questions), "--index", str(english_index),
-            "--generator", vllm_real_server.base_url, "--router", english_router.base_url,
-            "--plan", str(english_plan),
-            "--strategy", "rag", "--strategy", "whole", "--strategy", "residency",
-            "--rag-k", "3", "--rag-k", "5", "--max-tokens", "32",
-            "--records", str(records_path), "--json",
+            sys.executable,
+            "-m",
+            "residency",
+            "eval",
+            "answers",
+            "--questions",
+            str(questions),
+            "--index",
+            str(english_index),
+            "--generator",
+            vllm_real_server.base_url,
+            "--router",
+            english_router.base_url,
+            "--plan",
+            str(english_plan),
+            "--strategy",
+            "rag",
+            "--strategy",
+            "whole",
+            "--strategy",
+            "residency",
+            "--rag-k",
+            "3",
+            "--rag-k",
+            "5",
+            "--max-tokens",
+            "32",
+            "--records",
+            str(records_path),
+            "--json",
         ],
-        capture_output=True, text=True, timeout=1800, cwd=REPO_ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 0, done.stderr
     report = AnswerEvalReport.model_validate(orjson.loads(done.stdout))
     labels = [s.strategy for s in report.strategies]

@@ -46,10 +46,14 @@ def topic(name: str) -> list[str]:
 def log_lines(questions: list[str], n: int, start: dt.datetime) -> bytes:
     """`n` query-log lines cycling through `questions`, one a minute from `start`."""
     lines = [
-        orjson.dumps({"query": questions[i % len(questions)],
-                      "ts": (start + dt.timedelta(minutes=i)).isoformat()})
+        orjson.dumps(
+            {
+                "query": questions[i % len(questions)],
+                "ts": (start + dt.timedelta(minutes=i)).isoformat(),
+            }
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
     return b"\n".join(lines) + b"\n"
 
 
@@ -59,9 +63,12 @@ def shift(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) ->
     and plan-second.json made by hand from each half."""
     root = tmp_path_factory.mktemp("replan")
     build_index(
-        EN_SAMPLE.docs, root / "index", IndexOptions(dense=False),
-        LocalTokenizer(tiny_tokenizer_dir), None,
-    )  # fmt: skip
+        EN_SAMPLE.docs,
+        root / "index",
+        IndexOptions(dense=False),
+        LocalTokenizer(tiny_tokenizer_dir),
+        None,
+    )
     t0 = dt.datetime(2026, 1, 5, 9, tzinfo=dt.UTC)
     out = {"index": root / "index", "first": root / "first.jsonl", "second": root / "second.jsonl"}
     out["first"].write_bytes(log_lines(topic("manual"), WINDOW, t0))
@@ -69,9 +76,15 @@ def shift(tmp_path_factory: pytest.TempPathFactory, tiny_tokenizer_dir: Path) ->
     for half in ("first", "second"):
         out[f"plan-{half}"] = root / f"plan-{half}.json"
         done = run_cli(
-            "plan", "--index", str(out["index"]), "--log", str(out[half]), *WINDOW_FLAG,
-            "-o", str(out[f"plan-{half}"]),
-        )  # fmt: skip
+            "plan",
+            "--index",
+            str(out["index"]),
+            "--log",
+            str(out[half]),
+            *WINDOW_FLAG,
+            "-o",
+            str(out[f"plan-{half}"]),
+        )
         assert done.returncode == 0, done.stderr
     return out
 
@@ -96,8 +109,10 @@ def test_a_replan_after_the_shift_covers_as_a_hand_plan_and_a_stationary_one_gai
     shifted = judge(served, index, second, shift["second"])
     hand = window_coverage(read_plan(shift["plan-second"]), index, "bm25", second.entries)
     assert shifted.current < hand - 0.1  # the shift: last month's plan misses this month
-    print(f"\nstationary {stationary.current:.3f} -> {stationary.candidate:.3f}; after the shift "
-          f"{shifted.current:.3f} -> {shifted.candidate:.3f}, hand plan {hand:.3f}")  # fmt: skip
+    print(
+        f"\nstationary {stationary.current:.3f} -> {stationary.candidate:.3f}; after the shift "
+        f"{shifted.current:.3f} -> {shifted.candidate:.3f}, hand plan {hand:.3f}"
+    )
     assert abs(shifted.candidate - hand) <= CLOSE, (shifted, hand)
     assert shifted.gain > 0.1
 
@@ -124,8 +139,15 @@ def test_a_router_swaps_in_the_replan_after_the_shift_and_not_before(
     plan = tmp_path / "plan.json"
     plan.write_bytes(shift["plan-first"].read_bytes())
     first_sha = hashlib.sha256(plan.read_bytes()).hexdigest()
-    args = ("--no-warm", "--retriever", "bm25", "--replan-every", "0.5",
-            "--replan-window", str(WINDOW))  # fmt: skip
+    args = (
+        "--no-warm",
+        "--retriever",
+        "bm25",
+        "--replan-every",
+        "0.5",
+        "--replan-window",
+        str(WINDOW),
+    )
     router = RouterProcess(plan, [dead_upstream], tmp_path, args)
     router.query_log.write_bytes(shift["first"].read_bytes())  # the traffic so far
     with router.start(require_healthy=False):
@@ -155,10 +177,16 @@ def test_a_router_swaps_in_the_replan_after_the_shift_and_not_before(
 def sourced_lines(questions: list[str], n: int, sources: int, **fields: object) -> bytes:
     """`n` router-style lines cycling through `questions`, from `sources` client addresses."""
     lines = [
-        orjson.dumps({"query": questions[i % len(questions)], "source": f"addr:{i % sources}",
-                      "outcome": "ok", **fields})
+        orjson.dumps(
+            {
+                "query": questions[i % len(questions)],
+                "source": f"addr:{i % sources}",
+                "outcome": "ok",
+                **fields,
+            }
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
     return b"\n".join(lines) + b"\n"
 
 
@@ -207,8 +235,7 @@ def test_a_swap_needs_the_held_back_part_and_the_canary_too(shift: dict[str, Pat
     plan = read_plan(shift["plan-first"])
     fitted = Judgement(64, 0.5, 0.9, plan, held_current=0.5, held_candidate=0.5)
     assert not fitted.swap(0.02)  # gains only on the questions it was made from
-    canary_worse = Judgement(64, 0.5, 0.9, plan, 0.5, 0.9, canary_current=0.8,
-                             canary_candidate=0.6)  # fmt: skip
+    canary_worse = Judgement(64, 0.5, 0.9, plan, 0.5, 0.9, canary_current=0.8, canary_candidate=0.6)
     assert not canary_worse.swap(0.02)
     assert Judgement(64, 0.5, 0.9, plan, 0.5, 0.9, 0.8, 0.79).swap(0.02)
 

@@ -124,10 +124,14 @@ def test_ready_flips_on_an_eviction_and_back_after_the_rewarm_which_status_recor
             direct(events_server, 200 + n, words)
             n += 1
         wait_for(
-            lambda: metric(router, "residency_router_prefix_rewarms_total", reason="evicted",
-                           result="ok") >= 1,
+            lambda: (
+                metric(
+                    router, "residency_router_prefix_rewarms_total", reason="evicted", result="ok"
+                )
+                >= 1
+            ),
             "a re-warm after the eviction",
-        )  # fmt: skip
+        )
         wait_for(lambda: events_ready(router, prefixes), "every prefix whole again")
         wait_for(lambda: bool(watcher.seen) and watcher.seen[-1][1] == 200, "/ready 200 again")
     after = status(router)

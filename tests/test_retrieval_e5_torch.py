@@ -334,8 +334,10 @@ def test_workers_run_on_one_thread_and_leave_torch_as_it_was(encoder: E5TorchEnc
 
     threads_before = torch.get_num_threads()
     pool = single_thread_workers(2)
-    seen = {pool.submit(lambda: (threading.get_ident(), torch.get_num_threads())).result()
-            for _ in range(20)}  # fmt: skip
+    seen = {
+        pool.submit(lambda: (threading.get_ident(), torch.get_num_threads())).result()
+        for _ in range(20)
+    }
     assert {n for _, n in seen} == {1}
     assert torch.get_num_threads() == threads_before
     fresh: list[int] = []

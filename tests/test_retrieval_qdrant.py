@@ -369,9 +369,16 @@ def test_index_to_qdrant_then_eval_through_it_matches_in_process(
     common = ["eval", "retrieval", "--index", str(index_dir), "--questions", str(qa), "--json"]
     mine = run_cli(*common, "--history", str(tmp_path / "h1.jsonl"))
     theirs = run_cli(
-        *common, "--history", str(tmp_path / "h2.jsonl"),
-        "--retriever", "qdrant", "--qdrant", options.location, "--collection", options.collection,
-    )  # fmt: skip
+        *common,
+        "--history",
+        str(tmp_path / "h2.jsonl"),
+        "--retriever",
+        "qdrant",
+        "--qdrant",
+        options.location,
+        "--collection",
+        options.collection,
+    )
     assert mine.returncode == 0, mine.stderr
     assert theirs.returncode == 0, theirs.stderr
     a, b = json.loads(mine.stdout), json.loads(theirs.stdout)
@@ -386,21 +393,37 @@ def test_plan_attribution_through_qdrant_chooses_what_in_process_does(
     assert options.collection is not None
     log = tmp_path / "log.jsonl"
     log.write_text(
-        "\n".join(json.dumps({"query": q, "count": n}, ensure_ascii=False)
-                  for n, q in enumerate(QUERIES, 1)),
+        "\n".join(
+            json.dumps({"query": q, "count": n}, ensure_ascii=False)
+            for n, q in enumerate(QUERIES, 1)
+        ),
         encoding="utf-8",
-    )  # fmt: skip
+    )
     plans = {}
     for name, extra in {
         "in-process": (),
-        "qdrant": ("--retriever", "qdrant", "--qdrant", options.location,
-                   "--collection", options.collection),
-    }.items():  # fmt: skip
+        "qdrant": (
+            "--retriever",
+            "qdrant",
+            "--qdrant",
+            options.location,
+            "--collection",
+            options.collection,
+        ),
+    }.items():
         out = tmp_path / f"plan-{name}.json"
         done = run_cli(
-            "plan", "--index", str(index_dir), "--log", str(log), "-o", str(out),
-            "--reserve-retrieved", "30000", *extra,
-        )  # fmt: skip
+            "plan",
+            "--index",
+            str(index_dir),
+            "--log",
+            str(log),
+            "-o",
+            str(out),
+            "--reserve-retrieved",
+            "30000",
+            *extra,
+        )
         assert done.returncode == 0, done.stderr
         plans[name] = json.loads(out.read_text(encoding="utf-8"))
     a, b = plans["in-process"], plans["qdrant"]
@@ -412,9 +435,15 @@ def test_plan_attribution_through_qdrant_chooses_what_in_process_does(
 
 def test_retriever_qdrant_without_a_location_is_one_line(index_dir: Path, tmp_path: Path) -> None:
     out = run_cli(
-        "eval", "retrieval", "--index", str(index_dir), "--questions", str(tmp_path / "q.jsonl"),
-        "--retriever", "qdrant",
-    )  # fmt: skip
+        "eval",
+        "retrieval",
+        "--index",
+        str(index_dir),
+        "--questions",
+        str(tmp_path / "q.jsonl"),
+        "--retriever",
+        "qdrant",
+    )
     assert out.returncode == 1
     assert "--retriever qdrant needs --qdrant URL|PATH" in out.stderr
 

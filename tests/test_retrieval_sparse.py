@@ -102,8 +102,10 @@ def test_acronym_outweighs_a_generic_japanese_phrase() -> None:
     # JSQuAD's "UNTSOを日本語でこたえよ" ranked its paragraph 46th: 日本語で gives seven terms,
     # UNTSO one. The query counts UNTSO QUERY_WORD_WEIGHT times (tokenize_ja).
     places = ["港の灯台", "山の天気", "川の水位", "駅の時刻表", "図書館の蔵書", "市場の野菜"]
-    docs = {f"notice-{i}": f"{places[i % 6]}の案内は日本語でも書かれ、第{i}回の会議で見直した。"
-            for i in range(40)}  # fmt: skip
+    docs = {
+        f"notice-{i}": f"{places[i % 6]}の案内は日本語でも書かれ、第{i}回の会議で見直した。"
+        for i in range(40)
+    }
     docs["untso"] = "UNTSOは、日本語では国際連合休戦監視機構と呼ばれ、1948年に中東に置かれた。"
     docs["lesson"] = "問いに日本語で答えるのがよい。"
     tokenizer = CjkBigramTokenizer()

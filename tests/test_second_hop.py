@@ -104,9 +104,13 @@ def test_the_second_hop_skips_sections_the_prefix_already_holds(index: Index) ->
     def added(prefix: frozenset[str], pinned: tuple[str, ...] = ()) -> tuple[str, ...]:
         routes = PrefixRoutes.build([("p0", prefix)], index.section_of)
         return route_question(
-            hits, routes, settings, index.section_of,
-            pin_dated=lambda _: pinned, pivot_hits=pivots,
-        ).chunk_ids  # fmt: skip
+            hits,
+            routes,
+            settings,
+            index.section_of,
+            pin_dated=lambda _: pinned,
+            pivot_hits=pivots,
+        ).chunk_ids
 
     assert added(frozenset()) == ("kanzaki::c1", "orca::c1")
     assert added(frozenset({"orca::c1"}))[-1] not in {"orca::c1", "kanzaki::c1"}
@@ -120,10 +124,16 @@ def test_router_and_eval_add_the_same_chunks(
     index: Index, encoder: LocalTokenizer, tmp_path: Path, hops: int
 ) -> None:
     capacity = CapacitySnapshot(
-        model="tiny", host="test", max_model_len=200, kv_cache_tokens=200, block_size=16,
-        is_hybrid=False, resident_budget_tokens=200, binding_constraint="max_model_len",
+        model="tiny",
+        host="test",
+        max_model_len=200,
+        kv_cache_tokens=200,
+        block_size=16,
+        is_hybrid=False,
+        resident_budget_tokens=200,
+        binding_constraint="max_model_len",
         reasoning="test",
-    )  # fmt: skip
+    )
     log = [LogEntry(query="When are the towers painted white and red?", count=9)]
     plan = build_plan(index, log_mass(index, log), capacity, encoder, PlanOptions())
     assert "paint::c1" in plan.resident_chunk_ids()

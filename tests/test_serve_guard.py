@@ -37,10 +37,22 @@ GOOD_CHAT = {"messages": [{"role": "user", "content": "灯台は？"}], "max_tok
 ALLOWED_ORIGIN = "https://app.example"
 TORN = b'{"query": "torn by a crash", "cou'
 GUARD_ARGS = (
-    "--no-warm", "--retriever", "bm25", "--max-body-bytes", "4096", "--max-concurrent", "2",
-    "--header-timeout", "1", "--body-timeout", "1", "--allow-origin", ALLOWED_ORIGIN,
-    "--max-question-chars", "40",
-)  # fmt: skip
+    "--no-warm",
+    "--retriever",
+    "bm25",
+    "--max-body-bytes",
+    "4096",
+    "--max-concurrent",
+    "2",
+    "--header-timeout",
+    "1",
+    "--body-timeout",
+    "1",
+    "--allow-origin",
+    ALLOWED_ORIGIN,
+    "--max-question-chars",
+    "40",
+)
 
 
 @pytest.fixture(scope="module")

@@ -54,9 +54,12 @@ def plan(
         CORPUS, root / "index", IndexOptions(dense=False), LocalTokenizer(tiny_tokenizer_dir), None
     )
     return make_plan(
-        vllm_dense_server.base_url, root / "index", root / "plan.json",
-        "--reserve-retrieved", "24000",
-    )  # fmt: skip
+        vllm_dense_server.base_url,
+        root / "index",
+        root / "plan.json",
+        "--reserve-retrieved",
+        "24000",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +96,9 @@ def test_no_client_request_takes_the_upstream_out_of_rotation(router: RouterProc
     assert usable_upstreams(router) == 1
     assert metric(router.base_url, "residency_router_upstream_healthy") == 1
     assert post(router, CHAT, chat_body()).status_code == 200
-    with httpx.stream("POST", f"{router.base_url}{CHAT}", json=chat_body(stream=True),
-                      timeout=120) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{router.base_url}{CHAT}", json=chat_body(stream=True), timeout=120
+    ) as response:
         assert response.status_code == 200
         assert list(sse_events(response))[-1] == "[DONE]"
     assert "out of rotation" not in router.log_text()

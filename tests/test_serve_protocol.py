@@ -42,9 +42,13 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
 def port(request: pytest.FixtureRequest) -> Iterator[int]:
     port = free_port()
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        lifespan="off",
         http=header_limited_protocol(LIMITS, request.param),
-    )  # fmt: skip
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -58,16 +58,35 @@ def test_serve_retriever_qdrant_retrieves_the_same_ids_as_in_process(
     location = server or str(tmp_path / "qdrant")
     collection = f"t-serve-{uuid.uuid4().hex[:8]}" if server else "sample"
     uploaded = run_cli(
-        "index", str(CORPUS), "-o", str(index_dir), "--tokenizer-dir", str(tiny_tokenizer_dir),
-        "--to", "qdrant", location, "--collection", collection, "--json",
-    )  # fmt: skip
+        "index",
+        str(CORPUS),
+        "-o",
+        str(index_dir),
+        "--tokenizer-dir",
+        str(tiny_tokenizer_dir),
+        "--to",
+        "qdrant",
+        location,
+        "--collection",
+        collection,
+        "--json",
+    )
     assert uploaded.returncode == 0, uploaded.stderr
     assert json.loads(uploaded.stdout)["build"]["embedded_chunks"] == 0  # nothing re-embedded
     plan = tmp_path / "plan.json"
     planned = run_cli(
-        "plan", "--server", vllm_dense_server.base_url, "--platform", "cpu",
-        "--index", str(index_dir), "-o", str(plan), "--prefixes", "1",
-    )  # fmt: skip
+        "plan",
+        "--server",
+        vllm_dense_server.base_url,
+        "--platform",
+        "cpu",
+        "--index",
+        str(index_dir),
+        "-o",
+        str(plan),
+        "--prefixes",
+        "1",
+    )
     assert planned.returncode == 0, planned.stderr
     common = ("--today", TODAY, "--no-warm")
     qdrant = ("--retriever", "qdrant", "--qdrant", location, "--collection", collection)

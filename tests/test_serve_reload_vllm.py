@@ -61,15 +61,32 @@ def plans(
     assert done.returncode == 0, done.stderr
     first = read_plan(out["a"]).resident[0].section_id
     done = run_cli(
-        "plan", "--server", url, *common, "--exclude", first, "--reserve-retrieved", "20000",
-        "-o", str(out["b"]),
-    )  # fmt: skip
+        "plan",
+        "--server",
+        url,
+        *common,
+        "--exclude",
+        first,
+        "--reserve-retrieved",
+        "20000",
+        "-o",
+        str(out["b"]),
+    )
     assert done.returncode == 0, done.stderr
     done = run_cli(
-        "plan", "--model", str(dense_model_dir), "--kv-cache-memory-bytes", str(1 << 30),
-        "--max-model-len", "65536", "--tokenizer-dir", str(tiny_tokenizer_dir), *common,
-        "-o", str(out["big"]),
-    )  # fmt: skip
+        "plan",
+        "--model",
+        str(dense_model_dir),
+        "--kv-cache-memory-bytes",
+        str(1 << 30),
+        "--max-model-len",
+        "65536",
+        "--tokenizer-dir",
+        str(tiny_tokenizer_dir),
+        *common,
+        "-o",
+        str(out["big"]),
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -152,10 +169,13 @@ def test_sighup_warms_the_new_plan_before_traffic_moves_and_in_flight_requests_f
     max_tokens = SERVER_WINDOW - before.json()["usage"]["prompt_tokens"] - 16
     assert max_tokens >= 2000, max_tokens
     body = {
-        "messages": [{"role": "user", "content": QUESTION}], "max_tokens": max_tokens,
-        "ignore_eos": True, "temperature": 0, "stream": True,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
         "stream_options": {"include_usage": True},
-    }  # fmt: skip
+    }
     status: list[int] = []
 
     def read_stream() -> None:

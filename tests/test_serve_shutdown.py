@@ -42,8 +42,11 @@ def test_sigterm_with_four_requests_in_flight_answers_and_logs_each_without_a_tr
     answers: list[tuple[int, bytes]] = []
 
     def ask(stream: bool, n: int) -> None:
-        body: dict[str, Any] = {"messages": [{"role": "user", "content": f"question {n}"}],
-                                "max_tokens": 1, "stream": stream}  # fmt: skip
+        body: dict[str, Any] = {
+            "messages": [{"role": "user", "content": f"question {n}"}],
+            "max_tokens": 1,
+            "stream": stream,
+        }
         with httpx.stream("POST", f"{router.base_url}{CHAT}", json=body, timeout=60) as r:
             answers.append((r.status_code, r.read()))
 

@@ -25,9 +25,16 @@ CHAT = "/v1/chat/completions"
 MAX_CONCURRENT = 4
 MAX_N = 6
 ARGS = (
-    "--no-warm", "--retriever", "bm25", "--max-concurrent", str(MAX_CONCURRENT),
-    "--max-n", str(MAX_N), "--body-timeout", "600",
-)  # fmt: skip
+    "--no-warm",
+    "--retriever",
+    "bm25",
+    "--max-concurrent",
+    str(MAX_CONCURRENT),
+    "--max-n",
+    str(MAX_N),
+    "--body-timeout",
+    "600",
+)
 
 
 def chat(**extra: Any) -> dict[str, Any]:

@@ -35,10 +35,15 @@ def nested(levels: int, kind: str) -> str:
 
 def test_a_valid_chat_request_keeps_its_messages_and_forwards_allowlisted_fields_only() -> None:
     body = {
-        "model": "m", "stream": True, "stream_options": {"include_usage": True},
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
         "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": " q "}],
-        "temperature": 0, "top_k": 3, "echo": False, "prompt_logprobs": None,
-    }  # fmt: skip
+        "temperature": 0,
+        "top_k": 3,
+        "echo": False,
+        "prompt_logprobs": None,
+    }
     req = parse_request(raw(body), "chat", allow_readback=False, max_n=MAX_N)
     assert req.messages == body["messages"]
     assert req.question == "q"
@@ -59,15 +64,25 @@ def test_a_completions_prompt_becomes_one_user_message() -> None:
         ({"messages": [{"role": "user", "content": "q"}], "stream": "false"}, 400, "stream"),
         ({"messages": [{"role": "user", "content": "q"}], "stream": 0}, 400, "stream"),
         ({"messages": [{"role": "user", "content": "q"}], "logit_bias2": {}}, 400, "logit_bias2"),
-        ({"messages": [{"role": "user", "content": "q"}], "prompt_logprobs": 0}, 400,
-         "prompt_logprobs"),
+        (
+            {"messages": [{"role": "user", "content": "q"}], "prompt_logprobs": 0},
+            400,
+            "prompt_logprobs",
+        ),
         ({"messages": [{"role": "user", "content": "q"}, 3]}, 400, "messages"),
         ({"messages": [{"role": "assistant", "content": "a"}]}, 400, "messages"),
         ([1, 2], 400, None),
     ],
-    ids=["stream-str", "stream-int", "unknown", "prompt-logprobs-0", "non-object-message",
-         "no-user-turn", "not-an-object"],
-)  # fmt: skip
+    ids=[
+        "stream-str",
+        "stream-int",
+        "unknown",
+        "prompt-logprobs-0",
+        "non-object-message",
+        "no-user-turn",
+        "not-an-object",
+    ],
+)
 def test_refusals_name_the_field(body: Any, status: int, param: str | None) -> None:
     refused = refusal(raw(body))
     assert refused.status == status
@@ -81,9 +96,14 @@ def test_readback_passes_when_allowed() -> None:
 
 @pytest.mark.parametrize(
     ("header", "name"),
-    [("127.0.0.1:8100", "127.0.0.1"), ("[::1]:8100", "::1"), ("LocalHost", "localhost"),
-     ("example.com:80", "example.com"), ("::1", "::1")],
-)  # fmt: skip
+    [
+        ("127.0.0.1:8100", "127.0.0.1"),
+        ("[::1]:8100", "::1"),
+        ("LocalHost", "localhost"),
+        ("example.com:80", "example.com"),
+        ("::1", "::1"),
+    ],
+)
 def test_host_name_drops_the_port(header: str, name: str) -> None:
     assert host_name(header) == name
 

@@ -51,9 +51,19 @@ ROUTER_ARGS = ("--retriever", "bm25", "--today", TODAY)
 def make_plan(server_url: str, index_dir: Path, out: Path, *extra: str) -> Path:
     """`residency plan --server URL --platform cpu --index DIR -o out`."""
     done = run_cli(
-        "plan", "--server", server_url, "--platform", "cpu", "--index", str(index_dir),
-        "-o", str(out), "--prefixes", "1", *extra,
-    )  # fmt: skip
+        "plan",
+        "--server",
+        server_url,
+        "--platform",
+        "cpu",
+        "--index",
+        str(index_dir),
+        "-o",
+        str(out),
+        "--prefixes",
+        "1",
+        *extra,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -242,17 +252,25 @@ def test_streaming_passes_through_token_for_token(
         [{"role": "user", "content": question}], plan.prefix.text, builder.render(r, r.chunk_ids)
     )
     with httpx.stream(
-        "POST", f"{vllm_dense_server.base_url}/v1/chat/completions",
-        json={**body, "model": "tiny", "messages": messages,
-              "stream_options": {"include_usage": True}}, timeout=300,
-    ) as direct:  # fmt: skip
+        "POST",
+        f"{vllm_dense_server.base_url}/v1/chat/completions",
+        json={
+            **body,
+            "model": "tiny",
+            "messages": messages,
+            "stream_options": {"include_usage": True},
+        },
+        timeout=300,
+    ) as direct:
         # The router always asks for usage (to read cached tokens) and drops the usage-only
         # chunk for a client that did not: compare with the same upstream request.
         upstream = [e for e in sse_events(direct) if isinstance(e, str) or e["choices"]]
     with httpx.stream(
-        "POST", f"{router.base_url}/v1/chat/completions",
-        json={**body, "messages": [{"role": "user", "content": question}]}, timeout=300,
-    ) as routed:  # fmt: skip
+        "POST",
+        f"{router.base_url}/v1/chat/completions",
+        json={**body, "messages": [{"role": "user", "content": question}]},
+        timeout=300,
+    ) as routed:
         assert routed.headers["content-type"].startswith("text/event-stream")
         through = list(sse_events(routed))
     assert through[-1] == upstream[-1] == "[DONE]"
@@ -265,10 +283,15 @@ def test_streaming_passes_through_token_for_token(
 
     # Asked for usage: the usage chunk passes through, with the prefix cached.
     with httpx.stream(
-        "POST", f"{router.base_url}/v1/chat/completions",
-        json={**body, "messages": [{"role": "user", "content": question}],
-              "stream_options": {"include_usage": True}}, timeout=300,
-    ) as routed:  # fmt: skip
+        "POST",
+        f"{router.base_url}/v1/chat/completions",
+        json={
+            **body,
+            "messages": [{"role": "user", "content": question}],
+            "stream_options": {"include_usage": True},
+        },
+        timeout=300,
+    ) as routed:
         events = [e for e in sse_events(routed) if isinstance(e, dict)]
     usage = events[-1]["usage"]
     assert events[-1]["choices"] == []
@@ -331,16 +354,29 @@ def test_models_health_metrics_and_the_query_log_closes_the_loop(
     log = read_query_log(router.query_log)
     assert log.skipped == ()
     records = [json.loads(x) for x in router.query_log.read_text("utf-8").splitlines()]
-    assert all({"route", "retrieved", "cached_tokens", "retrieval_ms", "total_ms"} <= r.keys()
-               for r in records if r["outcome"] == "ok")  # fmt: skip
+    assert all(
+        {"route", "retrieved", "cached_tokens", "retrieval_ms", "total_ms"} <= r.keys()
+        for r in records
+        if r["outcome"] == "ok"
+    )
     for r in (r for r in records if r["outcome"] == "ok"):
         # Timings start at arrival: the router's own work includes retrieval, TTFT includes both.
         assert r["retrieval_ms"] <= r["forward_ms"] <= r["ttft_ms"] <= r["total_ms"]
     out = tmp_path / "replan.json"
     done = run_cli(
-        "plan", "--index", str(sample_index), "--log", str(router.query_log),
-        "--max-model-len", "8192", "-o", str(out), "--json", "--prefixes", "1",
-    )  # fmt: skip
+        "plan",
+        "--index",
+        str(sample_index),
+        "--log",
+        str(router.query_log),
+        "--max-model-len",
+        "8192",
+        "-o",
+        str(out),
+        "--json",
+        "--prefixes",
+        "1",
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(out.read_text("utf-8"))["log"]["entries"] == len(log.entries)
 
@@ -351,8 +387,10 @@ def test_client_disconnect_cancels_the_upstream_request(
     url = vllm_dense_server.base_url
     body = {
         "messages": [{"role": "user", "content": "長い答えを"}],
-        "max_tokens": 3000, "ignore_eos": True, "stream": True,
-    }  # fmt: skip
+        "max_tokens": 3000,
+        "ignore_eos": True,
+        "stream": True,
+    }
     with httpx.stream(
         "POST", f"{router.base_url}/v1/chat/completions", json=body, timeout=300
     ) as response:
@@ -412,8 +450,13 @@ def test_api_key_is_required_and_exposure_without_one_is_refused(
 
     key = "test-key-123456"
     with dead_port() as port:
-        proc = RouterProcess(sample_plan, [f"http://127.0.0.1:{port}"], tmp_path, ("--no-warm",),
-                             env={"RESIDENCY_API_KEY": key})  # fmt: skip
+        proc = RouterProcess(
+            sample_plan,
+            [f"http://127.0.0.1:{port}"],
+            tmp_path,
+            ("--no-warm",),
+            env={"RESIDENCY_API_KEY": key},
+        )
         try:
             proc.start(require_healthy=False)
             assert chat(proc, "灯台は？").status_code == 401
@@ -452,9 +495,12 @@ def test_balancing_and_an_upstream_killed_mid_stream(
 ) -> None:
     # A ~6K-token prefix leaves room for long answers: streams outlive the kill below.
     plan = make_plan(
-        vllm_dense_server.base_url, sample_index, tmp_path / "plan.json",
-        "--reserve-retrieved", "24000",
-    )  # fmt: skip
+        vllm_dense_server.base_url,
+        sample_index,
+        tmp_path / "plan.json",
+        "--reserve-retrieved",
+        "24000",
+    )
     doomed = private_vllm.private(
         ServerSpec(
             dense_model_dir,
@@ -466,8 +512,10 @@ def test_balancing_and_an_upstream_killed_mid_stream(
     with proc:
         body = {
             "messages": [{"role": "user", "content": "長い答えを"}],
-            "max_tokens": 20000, "ignore_eos": True, "stream": True,
-        }  # fmt: skip
+            "max_tokens": 20000,
+            "ignore_eos": True,
+            "stream": True,
+        }
         url = f"{proc.base_url}/v1/chat/completions"
         outs: list[list[Any]] = [[] for _ in range(4)]
         starts = [threading.Event() for _ in outs]
@@ -507,9 +555,12 @@ def test_balancing_and_an_upstream_killed_mid_stream(
     records = [json.loads(x) for x in proc.query_log.read_text("utf-8").splitlines()]
     by_outcome = sorted((r["outcome"], r["upstream"]) for r in records)
     assert by_outcome == [
-        ("disconnected", "1"), ("disconnected", "1"), ("ok", "1"),
-        ("upstream_error", "0"), ("upstream_error", "0"),
-    ]  # fmt: skip
+        ("disconnected", "1"),
+        ("disconnected", "1"),
+        ("ok", "1"),
+        ("upstream_error", "0"),
+        ("upstream_error", "0"),
+    ]
 
 
 @pytest.mark.skipif(not JSQUAD.is_file(), reason=f"JSQuAD not found at {JSQUAD}")
@@ -519,14 +570,20 @@ def test_jsquad_questions_whose_paragraph_is_not_resident_get_it_retrieved(
     corpus = squad_corpus(JSQUAD, REPO_ROOT / ".cache" / "coverage")
     index_dir = tmp_path / "index"
     build_index(
-        corpus, index_dir, IndexOptions(dense=False),
-        LocalTokenizer(tiny_tokenizer_dir), None,
-    )  # fmt: skip
+        corpus,
+        index_dir,
+        IndexOptions(dense=False),
+        LocalTokenizer(tiny_tokenizer_dir),
+        None,
+    )
     # A small resident budget (~6K tokens) leaves most paragraphs to retrieval.
     plan_path = make_plan(
-        vllm_dense_server.base_url, index_dir, tmp_path / "plan.json",
-        "--reserve-retrieved", "23000",
-    )  # fmt: skip
+        vllm_dense_server.base_url,
+        index_dir,
+        tmp_path / "plan.json",
+        "--reserve-retrieved",
+        "23000",
+    )
     plan = read_plan(plan_path)
     resident = {i.section_id for i in plan.resident}
     qa_text = questions_file(corpus).read_text("utf-8")
@@ -567,11 +624,32 @@ def test_eval_answers_residency_strategy_goes_through_the_router(
     records = tmp_path / "records.jsonl"
     url = vllm_dense_server.base_url
     done = run_cli(
-        "eval", "answers", "--questions", str(qa), "--index", str(sample_index),
-        "--strategy", "residency", "--strategy", "rag", "--router", router.base_url,
-        "--plan", str(sample_plan), "--generator", url, "--judge", url,
-        "--max-tokens", "8", "--judge-max-tokens", "32", "--records", str(records), "--json",
-    )  # fmt: skip
+        "eval",
+        "answers",
+        "--questions",
+        str(qa),
+        "--index",
+        str(sample_index),
+        "--strategy",
+        "residency",
+        "--strategy",
+        "rag",
+        "--router",
+        router.base_url,
+        "--plan",
+        str(sample_plan),
+        "--generator",
+        url,
+        "--judge",
+        url,
+        "--max-tokens",
+        "8",
+        "--judge-max-tokens",
+        "32",
+        "--records",
+        str(records),
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     lines = [json.loads(x) for x in records.read_text("utf-8").splitlines()]

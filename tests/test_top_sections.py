@@ -119,13 +119,17 @@ def test_a_second_section_in_another_prefix_is_shown(index: Index, encoder: Loca
     hits = rank_queries(index, [RELATION.query], 40)[RELATION.query]
     assert [index.section_of(h.id) for h in hits[:2]] == ["kanzaki", "orca"]
     several = ResidentSet(
-        "several", "planner", frozenset({"kanzaki::c1", "radio::c1", "orca::c1", "paint::c1"}),
-        4, 0, 1,
+        "several",
+        "planner",
+        frozenset({"kanzaki::c1", "radio::c1", "orca::c1", "paint::c1"}),
+        4,
+        0,
+        1,
         prefix_chunks=(
             ("p0", frozenset({"kanzaki::c1", "radio::c1"})),
             ("p1", frozenset({"orca::c1", "paint::c1"})),
         ),
-    )  # fmt: skip
+    )
     rag = ResidentSet("rag-top1", "rag", frozenset(), 0, 0, 1)
     # margin 0, no hedge: the resident route adds nothing; only the top sections reach orca.
     before = RoutingSettings(margin=0, hedge=0, spread=0)
@@ -145,10 +149,17 @@ def several_prefix_plan(index: Index, encoder: LocalTokenizer) -> ResidencyPlan:
     """A plan of several disjoint prefixes over the hand-made corpus (one or two sections each)."""
     window = 230
     capacity = CapacitySnapshot(
-        model="tiny", host="test", max_model_len=window, kv_cache_tokens=4 * window,
-        block_size=16, is_hybrid=False, resident_budget_tokens=window,
-        binding_constraint="max_model_len", reasoning="test", context_limit_tokens=window,
-    )  # fmt: skip
+        model="tiny",
+        host="test",
+        max_model_len=window,
+        kv_cache_tokens=4 * window,
+        block_size=16,
+        is_hybrid=False,
+        resident_budget_tokens=window,
+        binding_constraint="max_model_len",
+        reasoning="test",
+        context_limit_tokens=window,
+    )
     log = [LogEntry(query=q, count=10 - i) for i, q in enumerate(QUERIES)]
     mass = log_mass(index, log)
     plan = build_prefix_plan(

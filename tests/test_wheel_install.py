@@ -45,18 +45,35 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
         REPO_ROOT,
         source,
         ignore=shutil.ignore_patterns(
-            ".git", ".venv", ".cache", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
-            ".benchmarks", ".whl", "demo-out",
+            ".git",
+            ".venv",
+            ".cache",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".*_cache",
+            ".benchmarks",
+            ".whl",
+            "demo-out",
         ),
-    )  # fmt: skip
+    )
     _run(
         [
-            sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-            "--quiet", "-w", str(root / "dist"), str(source),
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--quiet",
+            "-w",
+            str(root / "dist"),
+            str(source),
         ],
         cwd=root,
         env=env,
-    )  # fmt: skip
+    )
     (wheel,) = (root / "dist").glob("residency-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "residency/data/profiles/models/qwen3.5-4b-fp8.toml" in names
@@ -66,16 +83,26 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str,
     python = venv / "bin" / "python"
     _run(
         [
-            sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-            "--quiet", str(wheel),
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--quiet",
+            str(wheel),
         ],
         cwd=root,
         env=env,
-    )  # fmt: skip
+    )
     site = Path(
-        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-             cwd=root, env=env).strip()
-    )  # fmt: skip
+        _run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            cwd=root,
+            env=env,
+        ).strip()
+    )
     (site / "project-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n", "utf-8")
     work = root / "work"
     work.mkdir()
@@ -120,12 +147,19 @@ def test_index_the_packaged_english_sample(
     assert docs.is_relative_to(bin_dir.parent), docs
     out = _run(
         [
-            str(bin_dir / "residency"), "index", str(docs), "-o", str(work / "index"),
-            "--no-dense", "--chunk-chars", "800", "--json",
+            str(bin_dir / "residency"),
+            "index",
+            str(docs),
+            "-o",
+            str(work / "index"),
+            "--no-dense",
+            "--chunk-chars",
+            "800",
+            "--json",
         ],
         work,
         env,
-    )  # fmt: skip
+    )
     manifest = json.loads(out)
     assert manifest["section_count"] > 10
     assert (work / "index").is_dir()

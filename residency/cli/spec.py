@@ -232,8 +232,11 @@ def spec_of(model: type[BaseModel]) -> CommandSpec:
 
 def _is_date(annotation: Any) -> bool:
     """``date`` or ``date | None`` (datetime alike)."""
-    members = typing.get_args(annotation) if typing.get_origin(annotation) in (
-        typing.Union, types.UnionType) else (annotation,)  # fmt: skip
+    members = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
     return any(m in (dt.date, dt.datetime) for m in members)
 
 

@@ -102,10 +102,12 @@ class ContextBuilder:
         self.prefixes = {p.id: p for p in plan.all_prefixes()}
         self.default_prefix = plan.all_prefixes()[0].id
         self._routes = PrefixRoutes.build(
-            ((p.id, frozenset(c for item in p.resident for c in item.chunk_ids))
-             for p in self.prefixes.values()),
+            (
+                (p.id, frozenset(c for item in p.resident for c in item.chunk_ids))
+                for p in self.prefixes.values()
+            ),
             index.section_of,
-        )  # fmt: skip
+        )
         # The second hop's query is a chunk's own text: its ranking never changes while this
         # index is loaded (lru_cache is safe from the threads retrieve runs on).
         self._pivot_hits = lru_cache(maxsize=PIVOT_CACHE)(self._rank_chunk_text)

@@ -175,8 +175,13 @@ class RecallCanary:
         except (ConfigError, OSError) as exc:
             if self._backoff_s == 0.0:
                 keep = "; the previous set stands" if self._questions else ""
-                log.error("recall canary (%s): labelled set unreadable: %s%s; retrying with "
-                          "back-off up to --canary-every", trigger, exc, keep)  # fmt: skip
+                log.error(
+                    "recall canary (%s): labelled set unreadable: %s%s; retrying with "
+                    "back-off up to --canary-every",
+                    trigger,
+                    exc,
+                    keep,
+                )
             self._backoff_s = min(max(2 * self._backoff_s, 2 * CHECK_S), self._every_s)
             self._retry_at = time.monotonic() + self._backoff_s
             return False

@@ -276,8 +276,11 @@ class Replanner:
                 self._agent.replan_source_share,
             )
         except ResidencyError as exc:
-            log.info("re-plan: query log unreadable (%s); next try in %g s", exc,
-                     self._agent.replan_every_s)  # fmt: skip
+            log.info(
+                "re-plan: query log unreadable (%s); next try in %g s",
+                exc,
+                self._agent.replan_every_s,
+            )
             return "waiting"
         if window.total_count < MIN_WINDOW:
             return "waiting"
@@ -327,8 +330,11 @@ class Replanner:
             await anyio.to_thread.run_sync(write_plan, judged.plan, self._settings.plan)
             self._reloader.written()
         except OSError as exc:
-            log.warning("re-plan: serving the new plan, but --plan %s was not rewritten (%s)",
-                        self._settings.plan, exc.strerror)  # fmt: skip
+            log.warning(
+                "re-plan: serving the new plan, but --plan %s was not rewritten (%s)",
+                self._settings.plan,
+                exc.strerror,
+            )
         m.replans.labels("swap").inc()
         return "swap"
 
