@@ -532,7 +532,7 @@ def test_live_eval_report_and_cli(pruner_server: VllmServer, tmp_path: Path) -> 
 
     app = typer.Typer()
     app.command()(prune_command)
-    args = ["--squad", str(squad), "--pruner-url", pruner_server.base_url, "--k", "3"]
+    args = ["--squad", str(squad), "--pruner-url", pruner_server.base_url, "--chunks", "3"]
     out = CliRunner().invoke(app, [*args, "--cache-dir", str(tmp_path / "cache"), "--json"])
     assert out.exit_code == 0, out.output
     assert PruneEvalReport.model_validate_json(out.stdout).questions == 4
