@@ -89,8 +89,14 @@ def rename(log: Path) -> Path:
 
 
 def rename_create(log: Path) -> Path:
-    rotated = rename(log)
-    log.touch()
+    """The old file moved aside and a new one at the path, with no instant where the path is
+    missing (a hard link, then an empty file renamed over the path): the case where it is
+    missing for a moment is "rename"'s, and a request landing in that moment sees it vanish."""
+    rotated = log.with_suffix(".1")
+    os.link(log, rotated)
+    fresh = log.with_suffix(".new")
+    fresh.touch()
+    os.rename(fresh, log)
     return rotated
 
 
