@@ -75,7 +75,16 @@ def test_build_is_done_once_and_complete(real_model_dir: Path) -> None:
 def test_killed_build_leaves_nothing_half_written(tmp_path: Path, real_model_dir: Path) -> None:
     target = tmp_path / "smollm2"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "residency", "model", "build", "smollm2", "--model-dir", str(target)],
+        [
+            sys.executable,
+            "-m",
+            "residency",
+            "model",
+            "build",
+            "smollm2",
+            "--model-dir",
+            str(target),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
